@@ -1,0 +1,1 @@
+"""One reader per job-log format; each returns canonical rows for features.schema.validate."""

@@ -1,0 +1,2 @@
+"""Duration, peak-GPU-memory and topology estimators; baselines; training, evaluation and the MLflow
+registry. Imports ``features`` only."""

@@ -1,0 +1,1 @@
+"""Cluster adapters: apply Decisions to Kueue/Kubernetes or Slurm."""

@@ -1,0 +1,1 @@
+"""Capacity: inventory, GPU sizing, gang placement and reservations."""

@@ -1,0 +1,78 @@
+"""The ``predictor`` command line.
+
+Each command group lives in its own module in this package and exposes ``register(app)`` plus an
+integer ``ORDER`` that fixes where it appears in ``--help``. Modules are discovered at start-up, so
+adding a command never edits this file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import typer
+from rich.console import Console
+
+from features.errors import InputError
+
+app = typer.Typer(
+    name="predictor",
+    help=(
+        "Predict duration, peak GPU memory and topology fit of GPU training jobs from your cluster's "
+        "own history, turn predictions into scheduling decisions, and replay traces to measure them."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+err = Console(stderr=True)
+
+
+@app.callback()
+def _root() -> None:
+    """Predict, decide and replay for shared GPU clusters."""
+
+
+def _register_commands() -> None:
+    modules = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(mod, "register"):
+            modules.append(mod)
+    for mod in sorted(modules, key=lambda m: (getattr(m, "ORDER", 100), m.__name__)):
+        mod.register(app)
+
+
+_register_commands()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point: user errors print one clear line and exit 2."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except InputError as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        return 2
+    except FileNotFoundError as exc:
+        err.print(f"[bold red]error:[/] file not found: {exc.filename or exc}")
+        return 2
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        err.print("aborted")
+        return 130
+    except Exception as exc:  # usage errors from Typer's click layer carry show() and exit_code
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):
+            exc.show()
+            return int(exc.exit_code)
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

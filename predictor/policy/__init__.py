@@ -1,0 +1,1 @@
+"""The rules layer: priority factors, SLA, tiers, aging, fair-share -> Decision."""

@@ -1,0 +1,1 @@
+"""The FastAPI service over ``predictor.engine``: HTTP API, WebSocket stream and dashboard."""

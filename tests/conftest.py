@@ -1,0 +1,44 @@
+"""Shared test fixtures: where the public reference data lives, and how absent services skip.
+
+A test that needs something absent (the shared data folder, PostgreSQL, a Slurm install, Chromium)
+skips with a message naming what is missing. With ``PREDICTOR_REQUIRE_ALL=1`` (set by ``.ci/run``)
+the same condition fails the test instead, so CI can never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("PREDICTOR_SHARED_DATA", ROOT.parent / "shared" / "data"))
+BUNDLED_DATA = ROOT / "data"
+
+
+def require(condition: bool, what: str) -> None:
+    """Skip (locally) or fail (in CI) when ``condition`` is false; ``what`` names what is missing."""
+    if condition:
+        return
+    if os.environ.get("PREDICTOR_REQUIRE_ALL") == "1":
+        pytest.fail(f"required for CI but missing: {what}")
+    pytest.skip(f"missing: {what}")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    require(SHARED_DATA.is_dir(), f"public reference data folder {SHARED_DATA} (see ../shared/data/README.md)")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def shared_file(shared_data: Path):
+    """Return a function that gives a path under ../shared/data or skips/fails naming it."""
+
+    def get(rel: str) -> Path:
+        p = shared_data / rel
+        require(p.exists(), f"shared data file {p}")
+        return p
+
+    return get
