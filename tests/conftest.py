@@ -42,3 +42,28 @@ def shared_file(shared_data: Path):
         return p
 
     return get
+
+
+#: PostgreSQL server the integration tests use (trust auth); override with PREDICTOR_TEST_POSTGRES.
+POSTGRES_ADMIN_URL = os.environ.get("PREDICTOR_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A fresh, empty PostgreSQL database for this test session, dropped at its end (SQLAlchemy URL)."""
+    import secrets
+
+    import psycopg
+
+    try:
+        admin = psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        require(False, f"PostgreSQL server at {POSTGRES_ADMIN_URL} ({str(exc).strip().splitlines()[0]})")
+        return
+    name = f"predictor_test_{os.getpid()}_{secrets.token_hex(3)}"
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1) + "/" + name
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -1,0 +1,1 @@
+"""Migration scripts, oldest first (``NNNN_<what>.py``)."""
