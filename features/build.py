@@ -1,0 +1,288 @@
+"""Point-in-time features for every model: request, workload, calendar and history features.
+
+``JobFeatureBuilder`` is a scikit-learn style transformer. ``fit`` learns the category vocabularies
+(queue, GPU type, tier, precision, optimizer, fine-tuning method and the most frequent users);
+``transform(jobs, history=None)`` returns one row of features per job:
+
+* ``history=None`` (training, evaluation, replay): the table is its own history, point in time
+  (``features.history.history_state``: only jobs that ended before each job's submit time);
+* ``history=<HistoryStore>`` (serving): history as of now from the store;
+* ``history=<events DataFrame>``: point in time against a given set of ended jobs (evaluation of a
+  saved model on new data: the model's history snapshot plus the new table).
+
+All three go through ``history_state``/``HistoryStore.state_for`` -> the same ``_history_block``,
+so training and serving cannot drift apart. Bump ``FEATURE_PIPELINE_VERSION`` whenever a feature's
+definition changes; saved models record it and refuse a mismatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from features.errors import InputError
+from features.history import (
+    KEY_KINDS,
+    HistoryState,
+    HistoryStore,
+    ended_events,
+    history_state,
+    merge_events,
+    object_column,
+)
+
+__all__ = [
+    "FEATURE_PIPELINE_VERSION",
+    "CATEGORICAL_FEATURES",
+    "FEATURE_NAMES",
+    "PRECISION_BYTES",
+    "JobFeatureBuilder",
+    "build_features",
+    "features_for",
+    "history_with",
+]
+
+FEATURE_PIPELINE_VERSION = "1.0"
+
+#: Bytes per parameter of each training precision (weights as stored during training).
+PRECISION_BYTES: dict[str, float] = {
+    "fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
+}
+
+#: Categorical features (codes from the fitted vocabulary; unknown -> NaN, which LightGBM treats as
+#: missing) and the canonical column each comes from.
+CATEGORICAL_FEATURES: dict[str, str] = {
+    "cat_queue": "queue",
+    "cat_gpu_type": "gpu_type",
+    "cat_tier": "tier",
+    "cat_precision": "precision",
+    "cat_optimizer": "optimizer",
+    "cat_finetune": "finetune_method",
+    "cat_user": "user",
+}
+
+_REQUEST = (
+    "num_gpus", "gpu_share", "gpu_total", "num_nodes", "cpus", "log_mem_mib", "log_time_limit_s",
+    "has_time_limit", "log_checkpoint_interval_s", "has_deadline",
+)
+_WORKLOAD = ("log_model_params", "precision_bytes", "log_batch_size", "log_seq_len", "log_tokens_per_step")
+_CALENDAR = ("hour_utc", "weekday", "weekend")
+_HISTORY_STATS = (
+    "n", "mean_logd", "std_logd", "median_logd", "last1_logd", "last2_logd", "fail_rate",
+    "log_gpu_hours", "mean_ratio", "last_ratio", "log_hours_since_last_end", "limit_vs_last",
+    "ratio_estimate",
+)
+_HISTORY = tuple(f"{kind}_{stat}" for kind in KEY_KINDS for stat in _HISTORY_STATS)
+
+#: Every feature, in the column order of ``transform``'s output.
+FEATURE_NAMES: tuple[str, ...] = (*_REQUEST, *_WORKLOAD, *_CALENDAR, *CATEGORICAL_FEATURES, *_HISTORY)
+
+
+def _num(jobs: pd.DataFrame, col: str) -> np.ndarray:
+    """A numeric column as float64 (NaN where absent or null)."""
+    if col not in jobs.columns:
+        return np.full(len(jobs), np.nan)
+    s = jobs[col]
+    if s.dtype == np.float64:
+        return s.to_numpy()
+    return pd.to_numeric(s, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+
+
+def _log(x: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(x > 0, np.log(np.where(x > 0, x, 1.0)), np.nan)
+
+
+def _history_block(state: HistoryState, submit: np.ndarray, time_limit: np.ndarray) -> np.ndarray:
+    """History features (columns ``_HISTORY``) from a history state; shared by batch and serving."""
+    blocks = []
+    log_limit = _log(time_limit)
+    for kind in KEY_KINDS:
+        v = state.values[kind]
+        n_ended, n_dur = v[:, 0], v[:, 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.where(n_dur > 0, v[:, 2] / n_dur, np.nan)
+            var = np.where(n_dur > 1, v[:, 3] / n_dur - mean * mean, np.nan)
+            std = np.sqrt(np.maximum(var, 0.0))
+            fail = np.where(n_ended > 0, v[:, 5] / n_ended, np.nan)
+            mean_ratio = np.where(v[:, 7] > 0, v[:, 8] / v[:, 7], np.nan)
+            since = np.where(n_ended > 0, np.log1p(np.maximum(submit - v[:, 9], 0.0) / 3600.0), np.nan)
+            limit_vs_last = log_limit - _log(v[:, 15])
+        blocks.append(
+            np.column_stack([
+                n_ended, mean, std, v[:, 13], v[:, 10], v[:, 11], fail, np.log1p(v[:, 6]), mean_ratio,
+                v[:, 14], since, limit_vs_last, log_limit + mean_ratio,
+            ])
+        )
+    return np.hstack(blocks)
+
+
+@dataclass
+class _Vocabulary:
+    """Category -> code for one categorical column."""
+
+    codes: dict[str, int]
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        """Codes for an object array of categories (NaN for unknown or null)."""
+        get = self.codes.get
+        return np.fromiter((get(v, np.nan) if isinstance(v, str) else np.nan for v in values), "float64", len(values))
+
+
+class JobFeatureBuilder:
+    """Transformer from canonical job rows to the model feature matrix.
+
+    Parameters
+    ----------
+    max_users : int, default 500
+        At most this many users (the most frequent in ``fit``) get their own category code; the
+        others are unknown (missing) and rely on history features only.
+    min_category_count : int, default 5
+        Categories seen fewer times than this in ``fit`` are treated as unknown.
+
+    Attributes
+    ----------
+    vocabularies_ : dict of str to _Vocabulary
+        Fitted category codes per categorical feature.
+    feature_names_out_ : tuple of str
+        Output column names, ``FEATURE_NAMES``.
+    version_ : str
+        ``FEATURE_PIPELINE_VERSION`` at fit time.
+    """
+
+    def __init__(self, *, max_users: int = 500, min_category_count: int = 5) -> None:
+        self.max_users = max_users
+        self.min_category_count = min_category_count
+
+    def fit(self, jobs: pd.DataFrame, y: object = None) -> JobFeatureBuilder:
+        """Learn the category vocabularies from ``jobs`` (a canonical job table)."""
+        _require(jobs, ("job_id", "submit_ts"))
+        self.vocabularies_: dict[str, _Vocabulary] = {}
+        for feature, col in CATEGORICAL_FEATURES.items():
+            if col not in jobs.columns:
+                self.vocabularies_[feature] = _Vocabulary({})
+                continue
+            counts = jobs[col].astype("string").value_counts()
+            counts = counts[counts >= self.min_category_count]
+            if col == "user":
+                counts = counts.iloc[: self.max_users]
+            self.vocabularies_[feature] = _Vocabulary({str(k): i for i, k in enumerate(sorted(counts.index))})
+        self.feature_names_out_ = FEATURE_NAMES
+        self.version_ = FEATURE_PIPELINE_VERSION
+        return self
+
+    def get_feature_names_out(self) -> np.ndarray:
+        return np.asarray(FEATURE_NAMES, dtype=object)
+
+    def history_for(
+        self, jobs: pd.DataFrame, history: HistoryStore | pd.DataFrame | None = None
+    ) -> HistoryState:
+        """The history state behind ``transform``'s history features (see the module docstring)."""
+        if history is None:
+            return history_state(jobs)
+        if isinstance(history, HistoryStore):
+            return history.state_for(jobs)
+        return history_state(jobs, history)
+
+    def transform(
+        self,
+        jobs: pd.DataFrame,
+        history: HistoryStore | pd.DataFrame | None = None,
+        *,
+        state: HistoryState | None = None,
+    ) -> pd.DataFrame:
+        """Feature matrix for ``jobs``.
+
+        Parameters
+        ----------
+        jobs : DataFrame of shape (n_jobs, n_columns)
+            Canonical job rows (missing optional columns are treated as null).
+        history : HistoryStore, DataFrame of ended events, or None
+            Where history comes from (see the module docstring).
+        state : HistoryState, optional
+            A precomputed ``history_for(jobs, history)`` to reuse.
+
+        Returns
+        -------
+        DataFrame of shape (n_jobs, len(FEATURE_NAMES))
+            float32 features, index aligned with ``jobs``.
+        """
+        if not hasattr(self, "vocabularies_"):
+            raise RuntimeError("JobFeatureBuilder is not fitted; call fit() first")
+        if self.version_ != FEATURE_PIPELINE_VERSION:
+            raise InputError(
+                f"model was built with feature pipeline {self.version_}, this code is {FEATURE_PIPELINE_VERSION}; retrain"
+            )
+        _require(jobs, ("job_id", "submit_ts"))
+        if state is None:
+            state = self.history_for(jobs, history)
+        return pd.DataFrame(self.transform_array(jobs, state), columns=list(FEATURE_NAMES), index=jobs.index)
+
+    def transform_array(self, jobs: pd.DataFrame, state: HistoryState) -> np.ndarray:
+        """``transform`` as a bare float32 array (the fast path used when scoring)."""
+        n = len(jobs)
+        submit = _num(jobs, "submit_ts")
+        if np.isnan(submit).any():
+            row = int(np.flatnonzero(np.isnan(submit))[0])
+            raise InputError(f"job {jobs['job_id'].iloc[row]!s}: submit_ts is missing or not a number")
+        gpus = _num(jobs, "num_gpus")
+        share = _num(jobs, "gpu_milli") / 1000.0
+        limit = _num(jobs, "time_limit_s")
+        batch, seq = _num(jobs, "batch_size"), _num(jobs, "seq_len")
+        precision = object_column(jobs, "precision")
+        request = np.column_stack([
+            gpus, share, gpus * np.where(np.isfinite(share), share, 1.0), _num(jobs, "num_nodes"),
+            _num(jobs, "cpus"), _log(_num(jobs, "mem_mib")), _log(limit), np.isfinite(limit) & (limit > 0),
+            _log(_num(jobs, "checkpoint_interval_s")), np.isfinite(_num(jobs, "deadline_ts")),
+        ])
+        workload = np.column_stack([
+            _log(_num(jobs, "model_params")),
+            np.fromiter((PRECISION_BYTES.get(p, np.nan) if isinstance(p, str) else np.nan for p in precision), "float64", n),
+            _log(batch), _log(seq), _log(batch * seq),
+        ])
+        seconds = np.mod(submit, 86400.0)
+        days = np.floor(submit / 86400.0)
+        weekday = np.mod(days + 3.0, 7.0)  # 1970-01-01 was a Thursday: Monday = 0
+        calendar = np.column_stack([seconds / 3600.0, weekday, weekday >= 5])
+        cats = np.column_stack([
+            self.vocabularies_[f].encode(object_column(jobs, c)) for f, c in CATEGORICAL_FEATURES.items()
+        ])
+        hist = _history_block(state, submit, limit)
+        return np.hstack([request, workload, calendar, cats, hist]).astype(np.float32)
+
+
+def _require(jobs: pd.DataFrame, cols: tuple[str, ...]) -> None:
+    missing = [c for c in cols if c not in jobs.columns]
+    if missing:
+        raise InputError(f"job table lacks required column(s): {', '.join(missing)}")
+
+
+def build_features(jobs: pd.DataFrame, builder: JobFeatureBuilder | None = None) -> pd.DataFrame:
+    """Point-in-time features for a whole table (training path); fits a builder when none is given."""
+    builder = builder if builder is not None else JobFeatureBuilder().fit(jobs)
+    return builder.transform(jobs)
+
+
+def features_for(
+    jobs: pd.DataFrame, history: HistoryStore, builder: JobFeatureBuilder | None = None
+) -> pd.DataFrame:
+    """Features for incoming jobs against a ``HistoryStore`` (serving path).
+
+    Without a fitted ``builder`` the categorical features are all unknown (NaN); pass the model's
+    builder to get the same features the model was trained on.
+    """
+    if builder is None:
+        builder = JobFeatureBuilder().fit(jobs.iloc[:0])
+    return builder.transform(jobs, history)
+
+
+def history_with(base: HistoryStore | pd.DataFrame | None, jobs: pd.DataFrame) -> pd.DataFrame:
+    """Ended events of ``base`` (a store's snapshot or an events table) plus those in ``jobs``."""
+    parts: list[pd.DataFrame] = [ended_events(jobs)]  # the new table wins over an older snapshot
+    if isinstance(base, HistoryStore):
+        parts.append(base.events)
+    elif isinstance(base, pd.DataFrame):
+        parts.append(base)
+    return merge_events(parts)
