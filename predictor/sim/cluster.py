@@ -1,0 +1,122 @@
+"""Cluster state during a replay: which thousandths of which GPU are held by whom.
+
+Every GPU of the inventory has a global index; ``free_milli[g]`` is how much of GPU ``g`` is free,
+in thousandths (1000 = the whole device), so fractional jobs (openb's ``gpu_milli``) and whole-GPU
+gangs share one representation. The state only *acts*: it allocates what a plan names and releases
+what a job held, and refuses (``PlanError``) anything that would over-allocate a GPU. Choosing where
+a job goes is the rules layer's business (``predictor.capacity``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from predictor.capacity.inventory import Inventory
+from predictor.policy.decision import Placement
+
+__all__ = ["PlanError", "ClusterState"]
+
+WHOLE = 1000
+
+
+class PlanError(RuntimeError):
+    """A plan from the rules layer cannot be carried out (unknown node, GPU already taken...).
+
+    This is a bug in the plan, not in the user's input: the replay stops rather than bend the plan.
+    """
+
+
+class ClusterState:
+    """Free capacity of every GPU of an inventory.
+
+    Parameters
+    ----------
+    inventory : Inventory
+        The cluster. Nodes without GPUs are kept (they hold no capacity).
+    """
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+        self.node_names: tuple[str, ...] = tuple(n.name for n in inventory.nodes)
+        self.node_index: dict[str, int] = {name: i for i, name in enumerate(self.node_names)}
+        counts = np.array([n.num_gpus for n in inventory.nodes], dtype=np.int64)
+        self.gpus_per_node = counts
+        self.node_offset = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self.total_gpus = int(counts.sum())
+        if self.total_gpus == 0:
+            raise ValueError("the inventory has no GPU")
+        self.node_of_gpu = np.repeat(np.arange(len(counts)), counts)
+        self.free_milli = np.full(self.total_gpus, WHOLE, dtype=np.int64)
+        memory = {name: t.memory_mib for name, t in inventory.gpu_types.items()}
+        self.node_memory_mib = np.array(
+            [memory.get(n.gpu_type, np.nan) if n.gpu_type else np.nan for n in inventory.nodes], dtype="float64"
+        )
+        self.allocated_milli = 0  # sum over GPUs of (WHOLE - free_milli)
+
+    @property
+    def capacity_milli(self) -> int:
+        return self.total_gpus * WHOLE
+
+    def free_whole_gpus_per_node(self) -> np.ndarray:
+        """Completely free GPUs on each node, shape (n_nodes,)."""
+        whole = (self.free_milli == WHOLE).astype(np.int64)
+        out = np.zeros(len(self.node_names), dtype=np.int64)
+        np.add.at(out, self.node_of_gpu, whole)
+        return out
+
+    def gpus_for(self, placement: Placement, milli: int) -> np.ndarray:
+        """Global GPU indices a placement names, checked against the free capacity.
+
+        When the placement lists GPU indices for a node they are used as given; otherwise the
+        lowest-numbered GPUs of that node with ``milli`` free are taken (which device inside a node
+        is an accounting detail: placement class and node were chosen by the rules layer).
+
+        Raises
+        ------
+        PlanError
+            Unknown node, a GPU index outside the node, or not enough free capacity.
+        """
+        explicit = dict(placement.gpu_indices)
+        chosen: list[np.ndarray] = []
+        for node, count in placement.gpus_by_node:
+            i = self.node_index.get(node)
+            if i is None:
+                raise PlanError(f"placement names unknown node {node!r}")
+            lo, n = int(self.node_offset[i]), int(self.gpus_per_node[i])
+            if node in explicit:
+                local = np.asarray(explicit[node], dtype=np.int64)
+                if len(local) != count or (local < 0).any() or (local >= n).any():
+                    raise PlanError(f"placement on {node}: GPU indices {tuple(local)} do not match {count} of {n} GPUs")
+                g = lo + local
+                if (self.free_milli[g] < milli).any():
+                    raise PlanError(f"placement on {node}: GPUs {tuple(local)} lack {milli} free milli-GPU")
+            else:
+                fits = np.flatnonzero(self.free_milli[lo : lo + n] >= milli)
+                if len(fits) < count:
+                    raise PlanError(f"placement wants {count} GPU(s) with {milli} milli free on {node}, {len(fits)} have it")
+                g = lo + fits[:count]
+            chosen.append(g)
+        gpus = np.concatenate(chosen) if chosen else np.empty(0, dtype=np.int64)
+        if len(np.unique(gpus)) != len(gpus):
+            raise PlanError("placement names the same GPU twice")
+        return gpus
+
+    def allocate(self, gpus: np.ndarray, milli: int) -> None:
+        """Take ``milli`` of each GPU in ``gpus`` (indices from :meth:`gpus_for`)."""
+        if (self.free_milli[gpus] < milli).any():
+            raise PlanError("allocation would over-allocate a GPU")
+        self.free_milli[gpus] -= milli
+        self.allocated_milli += milli * len(gpus)
+
+    def release(self, gpus: np.ndarray, milli: int) -> None:
+        """Give back what :meth:`allocate` took."""
+        self.free_milli[gpus] += milli
+        if (self.free_milli[gpus] > WHOLE).any():
+            raise PlanError("release of GPUs that were not allocated")
+        self.allocated_milli -= milli * len(gpus)
+
+    def memory_of(self, gpus: np.ndarray) -> float:
+        """Smallest GPU memory (MiB) among ``gpus``; NaN when a node's GPU type is unknown."""
+        if len(gpus) == 0:
+            return float("nan")
+        return float(np.min(self.node_memory_mib[self.node_of_gpu[gpus]]))

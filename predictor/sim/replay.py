@@ -1,0 +1,332 @@
+"""The replay loop: one short :meth:`Replay.step` in numbered phases.
+
+::
+
+    1. update cluster   completions and out-of-memory crashes free their GPUs
+    2. admit            arrivals (and jobs a crash sent back) join the queue
+    3. schedule         the rules layer decides on a snapshot, only when something changed
+    4. place            act on the plan: evict victims, start jobs on the placements given,
+                        hold reservations, reject what can never run
+    5. advance time     pop the next instant's events from the heap (the only place time moves)
+
+The simulator has no scheduling rule of its own. Which job runs, where, which job is reserved for
+and which is preempted all come from the rules layer (``predictor.policy.decide`` behind
+:class:`RulesLayer`); the replay only carries plans out, and refuses (``PlanError``) a plan that
+would over-allocate a GPU or start a job that is not queued. What the replay does decide is
+physics: how long a job runs on the placement it got, what an eviction or a crash throws away
+(``predictor.sim.progress``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from predictor.capacity.inventory import Inventory
+from predictor.policy.decision import Decision, Placement, Reservation
+from predictor.sim.cluster import ClusterState, PlanError
+from predictor.sim.events import EventKind, EventQueue
+from predictor.sim.predictions import PredictionTable
+from predictor.sim.progress import JobProgress, JobStatus
+from predictor.sim.record import ReplayRecord, ReplayRecorder, SegmentEnd
+from predictor.sim.workload import JobTable
+
+__all__ = ["SimConfig", "RunningJob", "SimView", "PlanLike", "RulesLayer", "Replay", "replay"]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Physics of the replay (see ``predictor.sim.progress``) and how it reports progress."""
+
+    default_checkpoint_s: float = 3600.0  # for jobs whose row has no checkpoint interval
+    oom_after_s: float = 60.0  # an out-of-memory crash happens this far into a run
+    max_oom_retries: int = 2  # resubmissions after a crash before the job ends OUT_OF_MEMORY
+    show_progress: bool = False  # a rich progress bar on stderr
+
+
+@dataclass(slots=True)
+class RunningJob:
+    """A job holding GPUs: where, how much of each GPU, and when its run (re)started."""
+
+    gpus: np.ndarray  # global GPU indices (ClusterState)
+    milli: int
+    placement: Placement
+    begin: float  # progress starts here (later than the allocation while victims drain)
+
+
+@dataclass(frozen=True)
+class SimView:
+    """What the rules layer may read at one instant (the snapshot builder's input). Read-only."""
+
+    now: float  # seconds since the workload's origin
+    jobs: JobTable
+    predictions: PredictionTable
+    progress: JobProgress
+    cluster: ClusterState
+    pending: np.ndarray  # rows queued, in submit order
+    running: dict[int, RunningJob]
+    reservations: dict[int, Reservation]  # held for queued jobs, times in epoch seconds
+
+    @property
+    def now_ts(self) -> float:
+        """``now`` in epoch seconds (the time base of the job table and of Decisions)."""
+        return self.jobs.origin_ts + self.now
+
+
+class PlanLike(Protocol):
+    """What the rules layer returns: ordered decisions (``SchedulePlan`` satisfies it)."""
+
+    decisions: Sequence[Decision]
+
+
+class RulesLayer(Protocol):
+    """The seam to ``predictor.policy``: one policy, decided on views of the replay."""
+
+    name: str
+    may_preempt: bool  # False lets the replay skip decide() when no GPU is free
+
+    def plan(self, view: SimView) -> PlanLike: ...
+
+    def team_shares(self) -> dict[str, float]: ...
+
+
+class Replay:
+    """One policy's replay of a workload on an inventory.
+
+    Parameters
+    ----------
+    jobs : JobTable
+    inventory : Inventory
+    rules : RulesLayer
+        The policy, behind the rules layer.
+    predictions : PredictionTable
+        What the policy is told about each job (aligned with ``jobs``).
+    config : SimConfig, optional
+    """
+
+    def __init__(self, jobs: JobTable, inventory: Inventory, rules: RulesLayer, predictions: PredictionTable,
+                 config: SimConfig | None = None) -> None:
+        if len(predictions) != len(jobs):
+            raise ValueError(f"{len(predictions)} predictions for {len(jobs)} jobs")
+        self.jobs = jobs
+        self.rules = rules
+        self.predictions = predictions
+        self.config = config or SimConfig()
+        self.cluster = ClusterState(inventory)
+        self.progress = JobProgress(jobs, self.config.default_checkpoint_s)
+        self.events = EventQueue()
+        self.recorder = ReplayRecorder()
+        self.row_of: dict[str, int] = {str(j): i for i, j in enumerate(jobs.job_ids)}
+        self.pending: dict[int, None] = {}  # insertion-ordered set of queued rows
+        self.running: dict[int, RunningJob] = {}
+        self.reservations: dict[int, Reservation] = {}
+        self.arrivals_left = len(jobs)
+        self._wakeups: set[float] = set()
+        self._batch: list = []
+        self._dirty = False
+        self._finished = 0
+        self.events.push_many(jobs.submit_s, EventKind.ARRIVAL, np.arange(len(jobs)))
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> ReplayRecord:
+        """Replay every job to the end and return the record."""
+        started = time.perf_counter()
+        self._batch = self.events.pop_batch(self.progress.epoch)
+        bar = _ProgressBar(len(self.jobs), self.rules.name) if self.config.show_progress else None
+        try:
+            while self.step():
+                if bar is not None and self.recorder.steps % 512 == 0:
+                    bar.update(self._finished)
+        finally:
+            if bar is not None:
+                bar.close(self._finished)
+        notes = ()
+        if self.pending:
+            notes = (f"{len(self.pending)} job(s) were still queued when nothing else could happen: "
+                     "the rules layer never placed them",)
+        return ReplayRecord.build(
+            policy=self.rules.name, jobs=self.jobs, progress=self.progress, recorder=self.recorder,
+            total_gpus=self.cluster.total_gpus, end_time=self.events.now, events=self.events.popped,
+            wall_s=time.perf_counter() - started, team_shares=self.rules.team_shares(), notes=notes,
+        )
+
+    def step(self) -> bool:
+        """Handle the current instant's events; return False when the replay is over."""
+        if not self._batch:
+            return False
+        now = self.events.now
+        self.recorder.steps += 1
+        arrivals = self._update_cluster(now)  # 1
+        self._admit(arrivals, now)  # 2
+        plan = self._schedule(now)  # 3
+        if plan is not None:
+            self._place(plan, now)  # 4
+        self.recorder.queue(now, len(self.pending))
+        self._batch = self.events.pop_batch(self.progress.epoch)  # 5
+        return True
+
+    # -- phases ------------------------------------------------------------------------------------
+    def _update_cluster(self, now: float) -> list[int]:
+        arrivals: list[int] = []
+        for ev in self._batch:
+            if ev.kind is EventKind.ARRIVAL:
+                arrivals.append(ev.job)
+            elif ev.kind is EventKind.COMPLETION:
+                run = self._release(ev.job)
+                self.progress.complete(ev.job, now)
+                self.recorder.segment(ev.job, run.begin, now, SegmentEnd.COMPLETED)
+                self._finished += 1
+            elif ev.kind is EventKind.OOM:
+                run = self._release(ev.job)
+                lost, again = self.progress.crash_oom(ev.job, now, self.config.max_oom_retries)
+                self.recorder.segment(ev.job, run.begin, now, SegmentEnd.OOM, lost)
+                if again:
+                    arrivals.append(ev.job)
+                else:
+                    self._finished += 1
+            elif ev.kind is EventKind.WAKEUP:
+                self._wakeups.discard(ev.time)
+            self._dirty = True
+        return arrivals
+
+    def _admit(self, arrivals: list[int], now: float) -> None:
+        total = self.cluster.total_gpus
+        for j in arrivals:
+            if self.progress.status[j] == JobStatus.FUTURE:
+                self.arrivals_left -= 1
+            self.progress.submit(j, now)
+            if self.jobs.num_gpus[j] > total:  # a fact, not a policy: it can never fit
+                self.progress.reject(j, now)
+                self.recorder.rejected_by_rules[j] = f"needs {self.jobs.num_gpus[j]} GPUs, the cluster has {total}"
+                self._finished += 1
+                continue
+            self.pending[j] = None
+
+    def _schedule(self, now: float) -> PlanLike | None:
+        if not (self._dirty and self.pending):
+            return None
+        self._dirty = False
+        if not self.rules.may_preempt and self.cluster.allocated_milli >= self.cluster.capacity_milli:
+            return None  # nothing can start and nothing may be evicted
+        view = SimView(now=now, jobs=self.jobs, predictions=self.predictions, progress=self.progress,
+                       cluster=self.cluster, pending=np.fromiter(self.pending, dtype=np.int64, count=len(self.pending)),
+                       running=self.running, reservations=self.reservations)
+        t0 = time.perf_counter()
+        plan = self.rules.plan(view)
+        self.recorder.decide_s += time.perf_counter() - t0
+        self.recorder.decide_calls += 1
+        return plan
+
+    def _place(self, plan: PlanLike, now: float) -> None:
+        origin = self.jobs.origin_ts
+        for d in plan.decisions:
+            j = self.row_of.get(d.job_id)
+            if j is None:
+                raise PlanError(f"decision for unknown job {d.job_id!r}")
+            if d.action == "wait":
+                continue
+            if j not in self.pending:
+                raise PlanError(f"decision {d.action!r} for job {d.job_id} which is not queued")
+            if d.action == "start":
+                self._start(j, _need(d.placement, d), now, now)
+            elif d.action == "preempt":
+                if d.eviction is None:
+                    raise PlanError(f"preempt decision for {d.job_id} has no eviction plan")
+                for victim in d.eviction.victims:
+                    self._evict(victim.job_id, now)
+                self._start(j, _need(d.placement, d), now, now + max(d.eviction.grace_s, 0.0))
+            elif d.action == "reserve":
+                res = d.reservation
+                if res is None:
+                    raise PlanError(f"reserve decision for {d.job_id} has no reservation")
+                if j not in self.reservations:
+                    self.recorder.reservations_made += 1
+                self.reservations[j] = res
+                for t in (res.start_ts - origin, res.expires_ts - origin):
+                    self._wake(t, now)
+            elif d.action == "reject":
+                del self.pending[j]
+                self.reservations.pop(j, None)
+                self.progress.reject(j, now)
+                self.recorder.rejected_by_rules[j] = d.reason or "rejected by the rules layer"
+                self._finished += 1
+            else:
+                raise PlanError(f"unknown action {d.action!r} for job {d.job_id}")
+        revisit = getattr(plan, "revisit_at_ts", None)
+        if revisit is not None:
+            self._wake(revisit - origin, now)
+
+    # -- acting ----------------------------------------------------------------------------------
+    def _start(self, j: int, placement: Placement, now: float, begin: float) -> None:
+        milli = int(self.jobs.gpu_milli[j])
+        if placement.num_gpus != self.jobs.num_gpus[j]:
+            raise PlanError(f"job {self.jobs.job_ids[j]} needs {self.jobs.num_gpus[j]} GPUs, placement has {placement.num_gpus}")
+        gpus = self.cluster.gpus_for(placement, milli)
+        self.cluster.allocate(gpus, milli)
+        del self.pending[j]
+        if self.reservations.pop(j, None) is not None:
+            self.recorder.reservation_starts += 1
+        k = self.jobs.class_index(placement.placement_class)
+        wall = self.progress.start(j, begin, float(self.jobs.slowdown[j, k]), k)
+        self.running[j] = RunningJob(gpus=gpus, milli=milli, placement=placement, begin=begin)
+        peak = self.jobs.peak_vram_mib[j]
+        memory = self.cluster.memory_of(gpus) * milli / 1000.0
+        if peak > memory:  # False when either is unknown (NaN)
+            self.events.push(begin + min(self.config.oom_after_s, wall), EventKind.OOM, j, int(self.progress.epoch[j]))
+        else:
+            self.events.push(begin + wall, EventKind.COMPLETION, j, int(self.progress.epoch[j]))
+
+    def _evict(self, job_id: str, now: float) -> None:
+        v = self.row_of.get(job_id)
+        if v is None or v not in self.running:
+            raise PlanError(f"eviction of job {job_id!r} which is not running")
+        run = self._release(v)
+        lost = self.progress.evict(v, now)
+        self.recorder.segment(v, min(run.begin, now), now, SegmentEnd.PREEMPTED, lost)
+        self.pending[v] = None
+
+    def _release(self, j: int) -> RunningJob:
+        run = self.running.pop(j)
+        self.cluster.release(run.gpus, run.milli)
+        return run
+
+    def _wake(self, t: float, now: float) -> None:
+        if t <= now or t in self._wakeups:
+            return
+        if not self.running and self.arrivals_left == 0:
+            return  # nothing can change any more: waking up would change nothing
+        self._wakeups.add(t)
+        self.events.push(t, EventKind.WAKEUP)
+
+
+def _need(placement: Placement | None, d: Decision) -> Placement:
+    if placement is None:
+        raise PlanError(f"{d.action} decision for {d.job_id} has no placement")
+    return placement
+
+
+class _ProgressBar:
+    def __init__(self, total: int, label: str) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._p = Progress(TextColumn(f"replay [bold]{label}[/]"), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), transient=False)
+        self._p.start()
+        self._task = self._p.add_task(label, total=total)
+
+    def update(self, done: int) -> None:
+        self._p.update(self._task, completed=done)
+
+    def close(self, done: int) -> None:
+        self._p.update(self._task, completed=done)
+        self._p.stop()
+
+
+def replay(jobs: JobTable, inventory: Inventory, rules: RulesLayer, predictions: PredictionTable,
+           config: SimConfig | None = None) -> ReplayRecord:
+    """Replay ``jobs`` on ``inventory`` under ``rules``; see :class:`Replay`."""
+    return Replay(jobs, inventory, rules, predictions, config).run()

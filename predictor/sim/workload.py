@@ -1,0 +1,245 @@
+"""The replayed workload: a canonical job table turned into arrays, with the ground truth a replay
+needs and the rows it cannot replay set aside with a reason.
+
+Ground truth, per job
+---------------------
+*Work* (``work_s``): the run time on the best placement. Taken from ``true_duration_s`` when the
+table carries it (the synthetic generator's ground truth), else from the observed ``duration_s``
+divided by the true slowdown of the placement class the job ran on (when ``placement_class`` is
+known), else ``duration_s`` as it is. A right-censored row (still running when the log ended) is
+replayed with its observed lower bound and counted in ``JobTable.censored``.
+
+*Slowdown per placement class* (``slowdown``, shape ``(n_jobs, len(PLACEMENT_CLASSES))``): the
+run-time multiplier a placement of that class causes. From ``true_slowdown_<class>`` columns when
+present (synthetic ground truth), else from :func:`default_slowdowns`, which applies
+:data:`DEFAULT_SLOWDOWN_BY_CLASS` to multi-GPU jobs and 1.0 to single-GPU jobs (a single GPU has no
+link to cross). Real traces do not record how placement slowed their jobs, so that table is an
+assumption, stated in every report.
+
+*Peak GPU memory* (``peak_vram_mib``): the measured label when the table has it, else NaN (no
+out-of-memory failures are simulated for that job).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from features.errors import InputError
+from features.schema import PLACEMENT_CLASSES, conform
+
+__all__ = [
+    "DEFAULT_SLOWDOWN_BY_CLASS",
+    "JobTable",
+    "SkippedJobs",
+    "default_slowdowns",
+    "load_workload",
+]
+
+#: Assumed run-time multiplier per placement class for multi-GPU jobs when the trace carries no
+#: ground truth: data-parallel training with an all-reduce per step loses little inside an NVLink
+#: island and progressively more as gradients cross PCIe, the CPU interconnect and the network.
+DEFAULT_SLOWDOWN_BY_CLASS: dict[str, float] = {
+    "nvlink": 1.0,
+    "pcie_same_numa": 1.08,
+    "cross_numa": 1.15,
+    "cross_node_same_rack": 1.25,
+    "cross_rack": 1.4,
+}
+
+TRUE_SLOWDOWN_COLUMNS: tuple[str, ...] = tuple(f"true_slowdown_{c}" for c in PLACEMENT_CLASSES)
+_CLASS_INDEX = {c: i for i, c in enumerate(PLACEMENT_CLASSES)}
+NO_TEAM = "(no team)"
+
+
+@dataclass(frozen=True)
+class SkippedJobs:
+    """Rows of the input that were not replayed, with one reason each."""
+
+    job_ids: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    def counts(self) -> dict[str, int]:
+        """Number of skipped rows per reason."""
+        out: dict[str, int] = {}
+        for r in self.reasons:
+            out[r] = out.get(r, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+@dataclass(frozen=True)
+class JobTable:
+    """The jobs a replay submits, sorted by submit time (row ``i`` is job ``i`` everywhere).
+
+    Attributes
+    ----------
+    frame : DataFrame of shape (n_jobs, n_columns)
+        The canonical rows that are replayed (what prediction sources and snapshots read).
+    submit_s : ndarray of float64
+        Submit time, seconds since the first submission of the table.
+    work_s : ndarray of float64
+        True run time on the best placement (see the module docstring).
+    num_gpus : ndarray of int64
+        GPUs in the gang (at least 1).
+    gpu_milli : ndarray of int64
+        Thousandths of each GPU the job uses (1000 for whole GPUs).
+    slowdown : ndarray of float64, shape (n_jobs, n_placement_classes)
+        True run-time multiplier per placement class.
+    peak_vram_mib : ndarray of float64
+        True peak GPU memory per GPU (NaN when unknown).
+    checkpoint_s : ndarray of float64
+        Checkpoint interval in seconds of run time (NaN: never checkpoints).
+    deadline_s : ndarray of float64
+        SLA deadline relative to the origin (NaN: no deadline).
+    team_code : ndarray of int64
+        Index into ``teams``.
+    teams : tuple of str
+        Team names (``"(no team)"`` for rows without one).
+    origin_ts : float
+        Epoch seconds of ``submit_s == 0``.
+    censored : int
+        How many replayed rows carry a right-censored (lower-bound) duration.
+    skipped : SkippedJobs
+        Input rows not replayed and why.
+    """
+
+    frame: pd.DataFrame
+    submit_s: np.ndarray
+    work_s: np.ndarray
+    num_gpus: np.ndarray
+    gpu_milli: np.ndarray
+    slowdown: np.ndarray
+    peak_vram_mib: np.ndarray
+    checkpoint_s: np.ndarray
+    deadline_s: np.ndarray
+    team_code: np.ndarray
+    teams: tuple[str, ...]
+    origin_ts: float
+    censored: int = 0
+    skipped: SkippedJobs = field(default_factory=SkippedJobs)
+
+    def __len__(self) -> int:
+        return len(self.submit_s)
+
+    @property
+    def job_ids(self) -> np.ndarray:
+        return self.frame["job_id"].to_numpy(dtype=object)
+
+    @property
+    def milli_demand(self) -> np.ndarray:
+        """Total thousandths of a GPU each job holds while running (num_gpus x gpu_milli)."""
+        return self.num_gpus * self.gpu_milli
+
+    def class_index(self, placement_class: str) -> int:
+        """Column of ``slowdown`` for a placement class; ``InputError`` for an unknown one."""
+        try:
+            return _CLASS_INDEX[placement_class]
+        except KeyError:
+            raise InputError(f"unknown placement class {placement_class!r}; expected one of {PLACEMENT_CLASSES}") from None
+
+
+def default_slowdowns(num_gpus: np.ndarray) -> np.ndarray:
+    """The assumed slowdown table for jobs without ground truth: 1.0 for one GPU, the table otherwise."""
+    table = np.array([DEFAULT_SLOWDOWN_BY_CLASS[c] for c in PLACEMENT_CLASSES])
+    out = np.ones((len(num_gpus), len(PLACEMENT_CLASSES)))
+    multi = np.asarray(num_gpus) > 1
+    out[multi] = table
+    return out
+
+
+def _true_slowdowns(frame: pd.DataFrame, num_gpus: np.ndarray) -> tuple[np.ndarray, bool]:
+    if all(c in frame.columns for c in TRUE_SLOWDOWN_COLUMNS):
+        s = frame[list(TRUE_SLOWDOWN_COLUMNS)].to_numpy(dtype="float64")
+        fallback = default_slowdowns(num_gpus)
+        s = np.where(np.isfinite(s) & (s >= 1.0), s, fallback)
+        return np.maximum.accumulate(s, axis=1), True
+    return default_slowdowns(num_gpus), False
+
+
+def load_workload(jobs: pd.DataFrame) -> tuple[JobTable, bool]:
+    """Turn a canonical job table into a :class:`JobTable` (sorted by submit time).
+
+    Parameters
+    ----------
+    jobs : DataFrame of shape (n_rows, n_columns)
+        Canonical rows (``features.schema``), e.g. the output of a reader or ``features.synth``.
+        Extra ground-truth columns (``true_duration_s``, ``true_slowdown_<class>``) are used where
+        present.
+
+    Returns
+    -------
+    table : JobTable
+        The replayable rows; the others are in ``table.skipped`` with a reason each: unknown run
+        time (never started), no GPU requested, or a non-positive run time.
+    has_slowdown_truth : bool
+        True when slowdowns came from ground-truth columns rather than the assumed table.
+
+    Raises
+    ------
+    InputError
+        When the table is empty or has no replayable row.
+    """
+    if jobs is None or len(jobs) == 0:
+        raise InputError("the job table is empty: nothing to replay")
+    frame = conform(jobs)
+    reasons = pd.Series(pd.NA, index=frame.index, dtype="string")
+
+    def skip(mask: pd.Series, why: str) -> None:
+        mask = mask.fillna(False).astype(bool) & reasons.isna()
+        reasons[mask] = why
+
+    work = frame["true_duration_s"].astype("float64") if "true_duration_s" in frame.columns else None
+    if work is None or work.isna().all():
+        work = frame["duration_s"].astype("float64")
+    else:
+        work = work.fillna(frame["duration_s"])
+    skip(frame["job_id"].isna(), "missing job_id")
+    skip(frame["submit_ts"].isna(), "missing submit time")
+    skip(frame["num_gpus"].isna() | (frame["num_gpus"] <= 0), "no GPU requested (CPU-only job)")
+    skip(work.isna(), "run time unknown (never started)")
+    skip(work <= 0, "non-positive run time")
+    skip(frame["job_id"].duplicated(keep="first"), "duplicate job_id")
+    bad = reasons.notna()
+    skipped = SkippedJobs(tuple(frame.loc[bad, "job_id"].astype(str)), tuple(reasons[bad].astype(str)))
+    keep = frame.loc[~bad]
+    work = work[~bad]
+    if keep.empty:
+        counts = ", ".join(f"{k}: {v}" for k, v in skipped.counts().items())
+        raise InputError(f"no replayable job in the table ({len(frame)} rows skipped: {counts})")
+
+    order = np.argsort(keep["submit_ts"].to_numpy(dtype="float64"), kind="stable")
+    keep = keep.iloc[order].reset_index(drop=True)
+    work = work.to_numpy(dtype="float64")[order]
+    num_gpus = np.ceil(keep["num_gpus"].to_numpy(dtype="float64")).astype(np.int64)
+    milli = keep["gpu_milli"].to_numpy(dtype="float64")
+    milli = np.where(np.isfinite(milli) & (num_gpus == 1), milli, 1000.0).astype(np.int64)
+    slowdown, truth = _true_slowdowns(keep, num_gpus)
+    ran_on = keep["placement_class"].map(_CLASS_INDEX)
+    if "true_duration_s" not in keep.columns and ran_on.notna().any():
+        rows = np.flatnonzero(ran_on.notna().to_numpy())
+        work[rows] = work[rows] / slowdown[rows, ran_on.iloc[rows].astype(int).to_numpy()]
+    origin = float(keep["submit_ts"].iloc[0])
+    teams_raw = keep["team"].fillna(NO_TEAM).astype(str)
+    codes, uniques = pd.factorize(teams_raw, sort=True)
+    table = JobTable(
+        frame=keep,
+        submit_s=keep["submit_ts"].to_numpy(dtype="float64") - origin,
+        work_s=work,
+        num_gpus=num_gpus,
+        gpu_milli=milli,
+        slowdown=slowdown,
+        peak_vram_mib=keep["peak_vram_mib"].to_numpy(dtype="float64"),
+        checkpoint_s=keep["checkpoint_interval_s"].to_numpy(dtype="float64"),
+        deadline_s=keep["deadline_ts"].to_numpy(dtype="float64") - origin,
+        team_code=codes.astype(np.int64),
+        teams=tuple(str(u) for u in uniques),
+        origin_ts=origin,
+        censored=int(keep["censored"].sum()),
+        skipped=skipped,
+    )
+    return table, truth

@@ -1,0 +1,63 @@
+import numpy as np
+import pytest
+from sim_builders import on
+
+from predictor.capacity.inventory import Inventory, Node, homogeneous_inventory
+from predictor.policy.decision import Placement
+from predictor.sim.cluster import ClusterState, PlanError
+
+
+def test_whole_gpu_allocation_and_release_round_trip():
+    c = ClusterState(homogeneous_inventory(16))
+    gpus = c.gpus_for(on("node-0001", 4), 1000)
+    assert gpus.tolist() == [8, 9, 10, 11]
+    c.allocate(gpus, 1000)
+    assert c.free_whole_gpus_per_node().tolist() == [8, 4]
+    assert c.allocated_milli == 4000
+    c.release(gpus, 1000)
+    assert c.allocated_milli == 0 and (c.free_milli == 1000).all()
+
+
+def test_explicit_gpu_indices_are_used_and_checked():
+    c = ClusterState(homogeneous_inventory(8))
+    gpus = c.gpus_for(on("node-0000", 2, indices=(3, 5)), 1000)
+    assert gpus.tolist() == [3, 5]
+    c.allocate(gpus, 1000)
+    with pytest.raises(PlanError, match="lack"):
+        c.gpus_for(on("node-0000", 1, indices=(3,)), 1000)
+    with pytest.raises(PlanError, match="do not match"):
+        c.gpus_for(on("node-0000", 1, indices=(9,)), 1000)
+
+
+@pytest.mark.parametrize(
+    ("placement", "message"),
+    [
+        (on("nope", 1), "unknown node"),
+        (on("node-0000", 9), "8 have it"),
+        (Placement("A100-80GB", (("node-0000", 1), ("node-0000", 1)), "nvlink",
+                   gpu_indices=(("node-0000", (0,)),)), "same GPU twice"),
+    ],
+    ids=["unknown-node", "too-many", "twice"],
+)
+def test_infeasible_plans_are_refused(placement, message):
+    with pytest.raises(PlanError, match=message):
+        ClusterState(homogeneous_inventory(8)).gpus_for(placement, 1000)
+
+
+def test_fractional_gpus_share_a_device_up_to_its_capacity():
+    c = ClusterState(homogeneous_inventory(8))
+    first = c.gpus_for(on("node-0000", 1), 600)
+    c.allocate(first, 600)
+    second = c.gpus_for(on("node-0000", 1, indices=(0,)), 400)
+    c.allocate(second, 400)
+    assert c.free_milli[0] == 0
+    with pytest.raises(PlanError):
+        c.allocate(np.array([0]), 1)
+    assert c.free_whole_gpus_per_node().tolist() == [7]
+
+
+def test_memory_of_placed_gpus_is_the_smallest():
+    inv = Inventory(nodes=(Node("a", "V100", 2), Node("b", "A100-80GB", 2)))
+    c = ClusterState(inv)
+    assert c.memory_of(np.array([1, 2])) == 16_384
+    assert c.memory_of(np.array([3])) == 81_920
