@@ -3,11 +3,13 @@ needs and the rows it cannot replay set aside with a reason.
 
 Ground truth, per job
 ---------------------
-*Work* (``work_s``): the run time on the best placement. Taken from ``true_duration_s`` when the
-table carries it (the synthetic generator's ground truth), else from the observed ``duration_s``
-divided by the true slowdown of the placement class the job ran on (when ``placement_class`` is
-known), else ``duration_s`` as it is. A right-censored row (still running when the log ended) is
-replayed with its observed lower bound and counted in ``JobTable.censored``.
+*Work* (``work_s``): the run time on the best placement. For an ended run it is the observed
+``duration_s`` divided by the true slowdown of the placement class it ran on (when
+``placement_class`` is known; a run that failed or was cancelled after some time is replayed for that
+much work). With ground truth (``true_duration_s``, the synthetic generator's), a job whose outcome
+the log does not show (out of memory, preempted, still running or never started when the log
+ended) gets its true duration. Without ground truth a right-censored row is replayed with its observed lower bound
+and counted in ``JobTable.censored``, and a row that never started is skipped.
 
 *Slowdown per placement class* (``slowdown``, shape ``(n_jobs, len(PLACEMENT_CLASSES))``): the
 run-time multiplier a placement of that class causes. From ``true_slowdown_<class>`` columns when
@@ -16,8 +18,8 @@ present (synthetic ground truth), else from :func:`default_slowdowns`, which app
 link to cross). Real traces do not record how placement slowed their jobs, so that table is an
 assumption, stated in every report.
 
-*Peak GPU memory* (``peak_vram_mib``): the measured label when the table has it, else NaN (no
-out-of-memory failures are simulated for that job).
+*Peak GPU memory* (``peak_vram_mib``): ``true_peak_vram_mib`` (ground truth) when present, else the
+measured label, else NaN (no out-of-memory crash is simulated for that job).
 """
 
 from __future__ import annotations
@@ -161,6 +163,23 @@ def _true_slowdowns(frame: pd.DataFrame, num_gpus: np.ndarray) -> tuple[np.ndarr
     return default_slowdowns(num_gpus), False
 
 
+def _observed_work_rows(frame: pd.DataFrame) -> pd.Series:
+    """Rows whose work comes from the observed ``duration_s`` (see the module docstring)."""
+    if "true_duration_s" not in frame.columns:
+        return frame["duration_s"].notna()
+    unseen = frame["censored"] | frame["state"].isin(["OUT_OF_MEMORY", "PREEMPTED", "PENDING", "RUNNING"])
+    return frame["duration_s"].notna() & ~unseen & frame["true_duration_s"].notna()
+
+
+def _work_s(frame: pd.DataFrame) -> pd.Series:
+    """Work before the placement correction: observed duration, or the truth where it is unseen."""
+    observed = frame["duration_s"].astype("float64")
+    if "true_duration_s" not in frame.columns:
+        return observed
+    truth = frame["true_duration_s"].astype("float64")
+    return observed.where(_observed_work_rows(frame), truth)
+
+
 def load_workload(jobs: pd.DataFrame) -> tuple[JobTable, bool]:
     """Turn a canonical job table into a :class:`JobTable` (sorted by submit time).
 
@@ -193,11 +212,7 @@ def load_workload(jobs: pd.DataFrame) -> tuple[JobTable, bool]:
         mask = mask.fillna(False).astype(bool) & reasons.isna()
         reasons[mask] = why
 
-    work = frame["true_duration_s"].astype("float64") if "true_duration_s" in frame.columns else None
-    if work is None or work.isna().all():
-        work = frame["duration_s"].astype("float64")
-    else:
-        work = work.fillna(frame["duration_s"])
+    work = _work_s(frame)
     skip(frame["job_id"].isna(), "missing job_id")
     skip(frame["submit_ts"].isna(), "missing submit time")
     skip(frame["num_gpus"].isna() | (frame["num_gpus"] <= 0), "no GPU requested (CPU-only job)")
@@ -220,9 +235,10 @@ def load_workload(jobs: pd.DataFrame) -> tuple[JobTable, bool]:
     milli = np.where(np.isfinite(milli) & (num_gpus == 1), milli, 1000.0).astype(np.int64)
     slowdown, truth = _true_slowdowns(keep, num_gpus)
     ran_on = keep["placement_class"].map(_CLASS_INDEX)
-    if "true_duration_s" not in keep.columns and ran_on.notna().any():
-        rows = np.flatnonzero(ran_on.notna().to_numpy())
-        work[rows] = work[rows] / slowdown[rows, ran_on.iloc[rows].astype(int).to_numpy()]
+    observed = _observed_work_rows(keep).to_numpy()
+    rows = np.flatnonzero(observed & ran_on.notna().to_numpy())
+    work[rows] = work[rows] / slowdown[rows, ran_on.iloc[rows].astype(int).to_numpy()]
+    peak = keep["true_peak_vram_mib"] if "true_peak_vram_mib" in keep.columns else keep["peak_vram_mib"]
     origin = float(keep["submit_ts"].iloc[0])
     teams_raw = keep["team"].fillna(NO_TEAM).astype(str)
     codes, uniques = pd.factorize(teams_raw, sort=True)
@@ -233,7 +249,7 @@ def load_workload(jobs: pd.DataFrame) -> tuple[JobTable, bool]:
         num_gpus=num_gpus,
         gpu_milli=milli,
         slowdown=slowdown,
-        peak_vram_mib=keep["peak_vram_mib"].to_numpy(dtype="float64"),
+        peak_vram_mib=peak.to_numpy(dtype="float64"),
         checkpoint_s=keep["checkpoint_interval_s"].to_numpy(dtype="float64"),
         deadline_s=keep["deadline_ts"].to_numpy(dtype="float64") - origin,
         team_code=codes.astype(np.int64),

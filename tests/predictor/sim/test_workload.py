@@ -53,12 +53,17 @@ def test_assumed_slowdowns_apply_to_gangs_only_and_ground_truth_wins():
     assert table.slowdown[0].tolist() == [1.0] * 5
     assert table.slowdown[1].tolist() == [DEFAULT_SLOWDOWN_BY_CLASS[c] for c in PLACEMENT_CLASSES]
 
-    rows = JobRows()
     truth_cols = {f"true_slowdown_{c}": v for c, v in zip(PLACEMENT_CLASSES, [1.0, 1.3, 1.2, 2.0, 3.0], strict=True)}
-    rows.add("gang", gpus=8, true_duration_s=80.0, **truth_cols)
+    rows = JobRows()
+    rows.add("ran", gpus=8, run=260.0, placement_class="cross_rack", true_duration_s=80.0, **truth_cols)
+    rows.add("oom", gpus=8, run=30.0, state="OUT_OF_MEMORY", true_duration_s=80.0, **truth_cols)
+    rows.add("queued", gpus=8, run=None, state="PENDING", true_duration_s=80.0, **truth_cols)
     table, truth = load_workload(rows.frame())
     assert truth
-    assert table.work_s.tolist() == [80.0]
+    # the observed run on its placement, corrected by that placement's true slowdown; the truth
+    # where the log does not show the job's full run
+    assert dict(zip(table.job_ids, table.work_s, strict=True)) == pytest.approx({"ran": 260.0 / 3.0, "oom": 80.0,
+                                                                                 "queued": 80.0})
     # a class can never be faster than a better one: made monotone
     assert table.slowdown[0].tolist() == [1.0, 1.3, 1.3, 2.0, 3.0]
 
