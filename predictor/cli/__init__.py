@@ -54,7 +54,7 @@ _register_commands()
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: user errors print one clear line and exit 2."""
     try:
-        app(args=argv, standalone_mode=False)
+        result = app(args=argv, standalone_mode=False)  # typer.Exit(n) comes back as the int n here
     except InputError as exc:
         err.print(f"[bold red]error:[/] {exc}")
         return 2
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             exc.show()
             return int(exc.exit_code)
         raise
-    return 0
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":
