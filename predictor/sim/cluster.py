@@ -5,6 +5,11 @@ in thousandths (1000 = the whole device), so fractional jobs (openb's ``gpu_mill
 gangs share one representation. The state only *acts*: it allocates what a plan names and releases
 what a job held, and refuses (``PlanError``) anything that would over-allocate a GPU. Choosing where
 a job goes is the rules layer's business (``predictor.capacity``).
+
+Allocations are also kept in a *slot table* (``slot_gpu[k]``, ``slot_job[k]``: slot ``k`` says job
+``slot_job[k]`` holds part of GPU ``slot_gpu[k]``; ``-1`` marks a free slot), so the running jobs'
+allocations can be handed to a snapshot in CSR form with one ``argsort`` instead of a Python loop
+over running jobs (:meth:`ClusterState.allocations`).
 """
 
 from __future__ import annotations
@@ -52,6 +57,9 @@ class ClusterState:
             [memory.get(n.gpu_type, np.nan) if n.gpu_type else np.nan for n in inventory.nodes], dtype="float64"
         )
         self.allocated_milli = 0  # sum over GPUs of (WHOLE - free_milli)
+        self.slot_gpu = np.full(self.total_gpus, -1, dtype=np.int64)
+        self.slot_job = np.full(self.total_gpus, -1, dtype=np.int64)
+        self._free_slots: list[int] = list(range(self.total_gpus - 1, -1, -1))
 
     @property
     def capacity_milli(self) -> int:
@@ -60,9 +68,7 @@ class ClusterState:
     def free_whole_gpus_per_node(self) -> np.ndarray:
         """Completely free GPUs on each node, shape (n_nodes,)."""
         whole = (self.free_milli == WHOLE).astype(np.int64)
-        out = np.zeros(len(self.node_names), dtype=np.int64)
-        np.add.at(out, self.node_of_gpu, whole)
-        return out
+        return np.bincount(self.node_of_gpu, weights=whole, minlength=len(self.node_names)).astype(np.int64)
 
     def gpus_for(self, placement: Placement, milli: int) -> np.ndarray:
         """Global GPU indices a placement names, checked against the free capacity.
@@ -101,19 +107,57 @@ class ClusterState:
             raise PlanError("placement names the same GPU twice")
         return gpus
 
-    def allocate(self, gpus: np.ndarray, milli: int) -> None:
-        """Take ``milli`` of each GPU in ``gpus`` (indices from :meth:`gpus_for`)."""
+    def allocate(self, gpus: np.ndarray, milli: int, job: int) -> np.ndarray:
+        """Give job ``job`` ``milli`` of each GPU in ``gpus`` (from :meth:`gpus_for`); return its slots."""
         if (self.free_milli[gpus] < milli).any():
             raise PlanError("allocation would over-allocate a GPU")
         self.free_milli[gpus] -= milli
         self.allocated_milli += milli * len(gpus)
+        if len(self._free_slots) < len(gpus):
+            self._grow_slots(len(gpus))
+        slots = np.array([self._free_slots.pop() for _ in range(len(gpus))], dtype=np.int64)
+        self.slot_gpu[slots] = gpus
+        self.slot_job[slots] = job
+        return slots
 
-    def release(self, gpus: np.ndarray, milli: int) -> None:
+    def release(self, gpus: np.ndarray, milli: int, slots: np.ndarray) -> None:
         """Give back what :meth:`allocate` took."""
+        if (self.slot_gpu[slots] != gpus).any():
+            raise PlanError("release of an allocation the slots do not hold")
         self.free_milli[gpus] += milli
         if (self.free_milli[gpus] > WHOLE).any():
             raise PlanError("release of GPUs that were not allocated")
         self.allocated_milli -= milli * len(gpus)
+        self.slot_gpu[slots] = -1
+        self.slot_job[slots] = -1
+        self._free_slots.extend(slots.tolist())
+
+    def _grow_slots(self, need: int) -> None:
+        old = len(self.slot_gpu)
+        extra = max(need, old)
+        self.slot_gpu = np.concatenate([self.slot_gpu, np.full(extra, -1, dtype=np.int64)])
+        self.slot_job = np.concatenate([self.slot_job, np.full(extra, -1, dtype=np.int64)])
+        self._free_slots.extend(range(old + extra - 1, old - 1, -1))
+
+    def allocations(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Running allocations in CSR form.
+
+        Returns
+        -------
+        jobs : ndarray of int64, shape (n_running,)
+            Job rows holding GPUs, ascending.
+        offsets : ndarray of int64, shape (n_running + 1,)
+        gpus : ndarray of int64
+            ``gpus[offsets[i]:offsets[i + 1]]`` are the GPUs of ``jobs[i]``, ascending.
+        """
+        used = np.flatnonzero(self.slot_job >= 0)
+        owner = self.slot_job[used]
+        gpu = self.slot_gpu[used]
+        order = np.lexsort((gpu, owner))
+        owner, gpu = owner[order], gpu[order]
+        jobs, counts = np.unique(owner, return_counts=True)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return jobs, offsets, gpu
 
     def memory_of(self, gpus: np.ndarray) -> float:
         """Smallest GPU memory (MiB) among ``gpus``; NaN when a node's GPU type is unknown."""

@@ -53,6 +53,7 @@ class RunningJob:
     """A job holding GPUs: where, how much of each GPU, and when its run (re)started."""
 
     gpus: np.ndarray  # global GPU indices (ClusterState)
+    slots: np.ndarray  # the ClusterState slots holding them
     milli: int
     placement: Placement
     begin: float  # progress starts here (later than the allocation while victims drain)
@@ -266,13 +267,13 @@ class Replay:
         if placement.num_gpus != self.jobs.num_gpus[j]:
             raise PlanError(f"job {self.jobs.job_ids[j]} needs {self.jobs.num_gpus[j]} GPUs, placement has {placement.num_gpus}")
         gpus = self.cluster.gpus_for(placement, milli)
-        self.cluster.allocate(gpus, milli)
+        slots = self.cluster.allocate(gpus, milli, j)
         del self.pending[j]
         if self.reservations.pop(j, None) is not None:
             self.recorder.reservation_starts += 1
         k = self.jobs.class_index(placement.placement_class)
         wall = self.progress.start(j, begin, float(self.jobs.slowdown[j, k]), k)
-        self.running[j] = RunningJob(gpus=gpus, milli=milli, placement=placement, begin=begin)
+        self.running[j] = RunningJob(gpus=gpus, slots=slots, milli=milli, placement=placement, begin=begin)
         peak = self.jobs.peak_vram_mib[j]
         memory = self.cluster.memory_of(gpus) * milli / 1000.0
         if peak > memory:  # False when either is unknown (NaN)
@@ -291,7 +292,7 @@ class Replay:
 
     def _release(self, j: int) -> RunningJob:
         run = self.running.pop(j)
-        self.cluster.release(run.gpus, run.milli)
+        self.cluster.release(run.gpus, run.milli, run.slots)
         return run
 
     def _wake(self, t: float, now: float) -> None:
