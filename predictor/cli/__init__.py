@@ -28,7 +28,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one-line errors stay on one line
 
 
 @app.callback()
