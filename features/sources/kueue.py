@@ -1,0 +1,201 @@
+"""Kubernetes Kueue Workloads: the output of ``kubectl get workloads -A -o json`` (a ``v1`` ``List``
+of ``kueue.x-k8s.io/v1beta1`` or ``v1beta2`` ``Workload`` objects; field names from the Workload CRD).
+
+Mapping (one row per Workload):
+
+- job_id = ``<namespace>/<name>``; team = namespace; queue = ``spec.queueName`` (the LocalQueue);
+  tier = ``spec.priorityClassName`` (v1beta1) or ``spec.priorityClassRef.name`` (v1beta2); extras:
+  ``cluster_queue`` (``status.admission.clusterQueue``), ``priority``, ``evictions`` (sum of
+  ``status.schedulingStats.evictions[].count``). Workloads record no user: user stays null.
+- Request: each pod set's ``count`` x its pod's requests (containers summed, init containers taken
+  as the max, limits used where an extended resource has no request); ``status.resourceRequests``
+  (totals after LimitRange defaults) wins when present. ``nvidia.com/gpu`` (or ``amd.com/gpu``) ->
+  num_gpus, ``cpu`` -> cpus, ``memory`` -> mem_mib. gpu_type = the ResourceFlavor assigned to the GPU
+  resource (``status.admission.podSetAssignments[].flavors``), else a GPU product node selector.
+  time_limit_s = ``spec.maximumExecutionTimeSeconds``, else the pod's ``activeDeadlineSeconds``.
+- Times: submit = ``metadata.creationTimestamp``; start = the ``Admitted=True`` condition's
+  ``lastTransitionTime`` (the last admission); end = the ``Finished`` condition's.
+- Outcome: ``Finished`` reason ``Succeeded`` -> COMPLETED; ``Failed`` -> FAILED (OUT_OF_MEMORY /
+  TIMEOUT when the message says ``OOMKilled`` / ``DeadlineExceeded``); ``AdmissionChecksRejected``
+  -> CANCELLED. Not finished: an eviction for ``MaximumExecutionTimeExceeded`` -> TIMEOUT; an
+  inactive (``spec.active: false``) workload last evicted by ``Preempted`` -> PREEMPTED, otherwise
+  CANCELLED (ended at the eviction); ``Admitted=True`` -> RUNNING; else PENDING (censored).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from features.sources._base import DEFAULT_CHUNK_ROWS, READER_REJECT, Reader, batched, parse_timestamps
+from features.sources.jsonstream import iter_records
+
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+GPU_PRODUCT_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator")
+RFC3339 = "%Y-%m-%dT%H:%M:%S%z"
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+_SUFFIX = {None: 1.0, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+           "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
+
+
+def parse_quantity(text: Any) -> float:
+    """A Kubernetes resource quantity (``500m``, ``64Gi``, ``2``, ``1e3``) as a number.
+
+    Raises
+    ------
+    ValueError
+        When ``text`` is not a quantity.
+    """
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return float(text)
+    match = _QUANTITY.match(str(text).strip())
+    if not match:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    return float(match.group(1)) * _SUFFIX[match.group(2)]
+
+
+class KueueReader(Reader):
+    """``kubectl get workloads -A -o json`` exports."""
+
+    name = "kueue"
+    summary = "Kueue Workloads from `kubectl get workloads -A -o json` (v1beta1/v1beta2)"
+
+    @classmethod
+    def sniff(cls, path: Path, head: bytes) -> bool:
+        return b"kueue.x-k8s.io/" in head and b'"Workload"' in head
+
+    def read(self, paths: Sequence[Path], chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pd.DataFrame]:
+        for path in paths:
+            with self.tracker.open_text(path) as stream:
+                for batch in batched(iter_records(stream, path), chunk_rows):
+                    yield self._frame([workload_record(item) for item in batch])
+
+    def _frame(self, records: list[dict[str, Any]]) -> pd.DataFrame:
+        frame = pd.DataFrame.from_records(records)
+        frame[READER_REJECT] = frame[READER_REJECT].astype("string")
+        for col in ("submit_ts", "start_ts", "end_ts"):
+            values = frame.pop(col) if col in frame else [None] * len(frame)
+            raw = pa.array([v if isinstance(v, str) else (None if v is None or v != v else str(v)) for v in values],
+                           pa.string())
+            frame[col], bad = parse_timestamps(raw, RFC3339, "UTC")
+            frame.loc[bad & frame[READER_REJECT].isna().to_numpy(), READER_REJECT] = f"unparseable {col} timestamp"
+        frame["source"] = self.name
+        return frame
+
+
+def _condition(conds: list[dict], kind: str, status: str = "True") -> dict | None:
+    for cond in conds:
+        if cond.get("type") == kind and str(cond.get("status")) == status:
+            return cond
+    return None
+
+
+def _pod_request(pod_spec: dict, resource: str) -> float:
+    def one(container: dict) -> float:
+        res = container.get("resources") or {}
+        value = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource))
+        return parse_quantity(value) if value is not None else 0.0
+
+    main = sum(one(c) for c in pod_spec.get("containers") or [])
+    init = max((one(c) for c in pod_spec.get("initContainers") or []), default=0.0)
+    return max(main, init)
+
+
+def _requests(spec: dict, status: dict) -> dict[str, float]:
+    """Total requests of the workload per resource name."""
+    totals: dict[str, float] = {}
+    from_status = status.get("resourceRequests") or []
+    if from_status:
+        for pod_set in from_status:
+            for res, qty in (pod_set.get("resources") or {}).items():
+                totals[res] = totals.get(res, 0.0) + parse_quantity(qty)
+        return totals
+    for pod_set in spec.get("podSets") or []:
+        count = float(pod_set.get("count", 1))
+        pod = ((pod_set.get("template") or {}).get("spec")) or {}
+        for res in (*GPU_RESOURCES, "cpu", "memory"):
+            totals[res] = totals.get(res, 0.0) + count * _pod_request(pod, res)
+    return totals
+
+
+def _gpu_type(spec: dict, status: dict) -> str | None:
+    for assignment in ((status.get("admission") or {}).get("podSetAssignments")) or []:
+        flavors = assignment.get("flavors") or {}
+        for res in GPU_RESOURCES:
+            if flavors.get(res):
+                return str(flavors[res])
+    for pod_set in spec.get("podSets") or []:
+        selector = (((pod_set.get("template") or {}).get("spec")) or {}).get("nodeSelector") or {}
+        for label in GPU_PRODUCT_LABELS:
+            if selector.get(label):
+                return str(selector[label])
+    return None
+
+
+def _outcome(spec: dict, conds: list[dict]) -> tuple[str, str | None]:
+    """(state, end time) from the Workload's conditions."""
+    finished = _condition(conds, "Finished")
+    if finished is not None:
+        reason, message = finished.get("reason", ""), finished.get("message") or ""
+        if reason == "Succeeded":
+            state = "COMPLETED"
+        elif reason == "AdmissionChecksRejected":
+            state = "CANCELLED"
+        elif "OOMKilled" in message:
+            state = "OUT_OF_MEMORY"
+        elif "DeadlineExceeded" in message:
+            state = "TIMEOUT"
+        else:
+            state = "FAILED"
+        return state, finished.get("lastTransitionTime")
+    evicted = _condition(conds, "Evicted")
+    if evicted is not None:
+        text = f"{evicted.get('reason', '')} {evicted.get('message') or ''}"
+        if "MaximumExecutionTimeExceeded" in text:
+            return "TIMEOUT", evicted.get("lastTransitionTime")
+        if spec.get("active") is False:
+            state = "PREEMPTED" if evicted.get("reason") == "Preempted" else "CANCELLED"
+            return state, evicted.get("lastTransitionTime")
+    if _condition(conds, "Admitted") is not None:
+        return "RUNNING", None
+    return "PENDING", None
+
+
+def workload_record(item: Any) -> dict[str, Any]:
+    """One Workload object -> canonical fields (times still as RFC 3339 strings)."""
+    if not isinstance(item, dict) or item.get("kind", "Workload") != "Workload":
+        kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
+        return {"job_id": None, READER_REJECT: f"not a Workload (kind {kind!r})"}
+    meta, spec, status = item.get("metadata") or {}, item.get("spec") or {}, item.get("status") or {}
+    conds = status.get("conditions") or []
+    name, namespace = meta.get("name"), meta.get("namespace")
+    record: dict[str, Any] = {
+        "job_id": f"{namespace}/{name}" if name and namespace else name,
+        "team": namespace,
+        "queue": spec.get("queueName"),
+        "tier": spec.get("priorityClassName") or (spec.get("priorityClassRef") or {}).get("name"),
+        "priority": spec.get("priority"),
+        "cluster_queue": (status.get("admission") or {}).get("clusterQueue"),
+        "evictions": sum(int(e.get("count", 0)) for e in (status.get("schedulingStats") or {}).get("evictions") or []),
+        "submit_ts": meta.get("creationTimestamp"),
+        READER_REJECT: None,
+    }
+    try:
+        req = _requests(spec, status)
+    except ValueError as exc:
+        record[READER_REJECT] = f"unparseable resource request: {exc}"
+        req = {}
+    gpus = sum(req.get(r, 0.0) for r in GPU_RESOURCES) if req else None
+    record.update(num_gpus=gpus, cpus=req.get("cpu"), mem_mib=req["memory"] / 2.0**20 if "memory" in req else None,
+                  gpu_type=_gpu_type(spec, status))
+    pod = (((spec.get("podSets") or [{}])[0].get("template") or {}).get("spec")) or {}
+    record["time_limit_s"] = spec.get("maximumExecutionTimeSeconds") or pod.get("activeDeadlineSeconds")
+    admitted = _condition(conds, "Admitted")
+    record["start_ts"] = admitted.get("lastTransitionTime") if admitted else None
+    record["state"], record["end_ts"] = _outcome(spec, conds)
+    return record
