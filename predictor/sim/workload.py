@@ -25,6 +25,7 @@ measured label, else NaN (no out-of-memory crash is simulated for that job).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -74,7 +75,7 @@ class SkippedJobs:
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class JobTable:
     """The jobs a replay submits, sorted by submit time (row ``i`` is job ``i`` everywhere).
 
@@ -128,11 +129,12 @@ class JobTable:
     def __len__(self) -> int:
         return len(self.submit_s)
 
-    @property
+    @cached_property
     def job_ids(self) -> np.ndarray:
-        return self.frame["job_id"].to_numpy(dtype=object)
+        """Job ids as an object array of str (computed once)."""
+        return self.frame["job_id"].astype(str).to_numpy(dtype=object)
 
-    @property
+    @cached_property
     def milli_demand(self) -> np.ndarray:
         """Total thousandths of a GPU each job holds while running (num_gpus x gpu_milli)."""
         return self.num_gpus * self.gpu_milli
