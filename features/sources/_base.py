@@ -232,6 +232,14 @@ def reject_rows(reasons: Sequence[str], source: str, **columns: Sequence[object]
     return frame
 
 
+def malformed_reason(what: str, row: object) -> str:
+    """Reject reason for a line a CSV parser could not split into the expected number of fields."""
+    number = getattr(row, "number", None)
+    where = f" {number}" if isinstance(number, int) and number >= 0 else ""
+    return (f"malformed {what} line{where}: expected {getattr(row, 'expected_columns', '?')} fields, "
+            f"found {getattr(row, 'actual_columns', '?')}")
+
+
 def batched(items: Iterator[dict], size: int) -> Iterator[list[dict]]:
     """Group an iterator of records into lists of at most ``size``."""
     batch: list[dict] = []

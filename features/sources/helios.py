@@ -24,6 +24,7 @@ from features.sources._base import (
     READER_REJECT,
     Reader,
     first_reason,
+    malformed_reason,
     null_tokens,
     parse_timestamps,
     reject_rows,
@@ -53,8 +54,7 @@ class HeliosReader(Reader):
             bad: list[pd.DataFrame] = []
 
             def on_invalid(row: pacsv.InvalidRow, path: Path = path, bad: list = bad) -> str:
-                bad.append(reject_rows([f"malformed CSV line {row.number}: expected {row.expected_columns} fields, "
-                                        f"found {row.actual_columns}"], self.name, raw=[row.text],
+                bad.append(reject_rows([malformed_reason("CSV", row)], self.name, raw=[row.text],
                                        source_file=[str(path)]))
                 return "skip"
 

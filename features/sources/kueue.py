@@ -14,7 +14,9 @@ Mapping (one row per Workload):
   resource (``status.admission.podSetAssignments[].flavors``), else a GPU product node selector.
   time_limit_s = ``spec.maximumExecutionTimeSeconds``, else the pod's ``activeDeadlineSeconds``.
 - Times: submit = ``metadata.creationTimestamp``; start = the ``Admitted=True`` condition's
-  ``lastTransitionTime`` (the last admission); end = the ``Finished`` condition's.
+  ``lastTransitionTime`` (the last admission); end = the ``Finished`` condition's. A workload that
+  ended by eviction no longer has ``Admitted=True``; its start is then end minus Kueue's
+  ``accumulatedPastExecutionTimeSeconds`` when recorded, else unknown.
 - Outcome: ``Finished`` reason ``Succeeded`` -> COMPLETED; ``Failed`` -> FAILED (OUT_OF_MEMORY /
   TIMEOUT when the message says ``OOMKilled`` / ``DeadlineExceeded``); ``AdmissionChecksRejected``
   -> CANCELLED. Not finished: an eviction for ``MaximumExecutionTimeExceeded`` -> TIMEOUT; an
@@ -29,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -77,13 +80,20 @@ class KueueReader(Reader):
 
     def _frame(self, records: list[dict[str, Any]]) -> pd.DataFrame:
         frame = pd.DataFrame.from_records(records)
+        for col in ("submit_ts", "start_ts", "end_ts", "accumulated_s", READER_REJECT):
+            if col not in frame:
+                frame[col] = None
         frame[READER_REJECT] = frame[READER_REJECT].astype("string")
         for col in ("submit_ts", "start_ts", "end_ts"):
-            values = frame.pop(col) if col in frame else [None] * len(frame)
+            values = frame.pop(col)
             raw = pa.array([v if isinstance(v, str) else (None if v is None or v != v else str(v)) for v in values],
                            pa.string())
             frame[col], bad = parse_timestamps(raw, RFC3339, "UTC")
             frame.loc[bad & frame[READER_REJECT].isna().to_numpy(), READER_REJECT] = f"unparseable {col} timestamp"
+        # a workload evicted for good lost its Admitted time; Kueue's accumulated execution time gives it back
+        accumulated = pd.to_numeric(frame.pop("accumulated_s"), errors="coerce").to_numpy(dtype="float64")
+        recover = np.isnan(frame["start_ts"].to_numpy()) & ~np.isnan(frame["end_ts"].to_numpy()) & ~np.isnan(accumulated)
+        frame.loc[recover, "start_ts"] = frame.loc[recover, "end_ts"] - accumulated[recover]
         frame["source"] = self.name
         return frame
 
@@ -95,15 +105,18 @@ def _condition(conds: list[dict], kind: str, status: str = "True") -> dict | Non
     return None
 
 
-def _pod_request(pod_spec: dict, resource: str) -> float:
-    def one(container: dict) -> float:
+def _pod_request(pod_spec: dict, resource: str) -> float | None:
+    """A pod's request of ``resource`` (None when no container names it)."""
+    def one(container: dict) -> float | None:
         res = container.get("resources") or {}
         value = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource))
-        return parse_quantity(value) if value is not None else 0.0
+        return parse_quantity(value) if value is not None else None
 
-    main = sum(one(c) for c in pod_spec.get("containers") or [])
-    init = max((one(c) for c in pod_spec.get("initContainers") or []), default=0.0)
-    return max(main, init)
+    main = [v for v in (one(c) for c in pod_spec.get("containers") or []) if v is not None]
+    init = [v for v in (one(c) for c in pod_spec.get("initContainers") or []) if v is not None]
+    if not main and not init:
+        return None
+    return max(sum(main), max(init, default=0.0))
 
 
 def _requests(spec: dict, status: dict) -> dict[str, float]:
@@ -119,7 +132,9 @@ def _requests(spec: dict, status: dict) -> dict[str, float]:
         count = float(pod_set.get("count", 1))
         pod = ((pod_set.get("template") or {}).get("spec")) or {}
         for res in (*GPU_RESOURCES, "cpu", "memory"):
-            totals[res] = totals.get(res, 0.0) + count * _pod_request(pod, res)
+            per_pod = _pod_request(pod, res)
+            if per_pod is not None:
+                totals[res] = totals.get(res, 0.0) + count * per_pod
     return totals
 
 
@@ -190,7 +205,8 @@ def workload_record(item: Any) -> dict[str, Any]:
     except ValueError as exc:
         record[READER_REJECT] = f"unparseable resource request: {exc}"
         req = {}
-    gpus = sum(req.get(r, 0.0) for r in GPU_RESOURCES) if req else None
+    # a workload whose pods request no GPU is a CPU job (0); unknown only when nothing parsed
+    gpus = sum(req.get(r, 0.0) for r in GPU_RESOURCES) if record[READER_REJECT] is None else None
     record.update(num_gpus=gpus, cpus=req.get("cpu"), mem_mib=req["memory"] / 2.0**20 if "memory" in req else None,
                   gpu_type=_gpu_type(spec, status))
     pod = (((spec.get("podSets") or [{}])[0].get("template") or {}).get("spec")) or {}
@@ -198,4 +214,6 @@ def workload_record(item: Any) -> dict[str, Any]:
     admitted = _condition(conds, "Admitted")
     record["start_ts"] = admitted.get("lastTransitionTime") if admitted else None
     record["state"], record["end_ts"] = _outcome(spec, conds)
+    record["accumulated_s"] = status.get("accumulatedPastExecutionTimeSeconds",
+                                         status.get("accumulatedPastExexcutionTimeSeconds"))  # v1beta1 spelling
     return record

@@ -37,6 +37,7 @@ from features.sources._base import (
     InputTracker,
     Reader,
     first_reason,
+    malformed_reason,
     reject_rows,
     require_columns,
     to_float,
@@ -90,8 +91,7 @@ class OpenbReader(Reader):
                  tracker: InputTracker | None = None) -> Iterator[pa.RecordBatch]:
         def on_invalid(row: pacsv.InvalidRow) -> str:
             if bad is not None:
-                bad.append(reject_rows([f"malformed CSV line {row.number}: expected {row.expected_columns} fields, "
-                                        f"found {row.actual_columns}"], self.name, raw=[row.text],
+                bad.append(reject_rows([malformed_reason("CSV", row)], self.name, raw=[row.text],
                                        source_file=[str(path)]))
             return "skip"
 

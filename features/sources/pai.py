@@ -39,7 +39,15 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from features.errors import InputError
-from features.sources._base import DEFAULT_CHUNK_ROWS, READER_REJECT, Reader, read_head, reject_rows, to_float
+from features.sources._base import (
+    DEFAULT_CHUNK_ROWS,
+    READER_REJECT,
+    Reader,
+    malformed_reason,
+    read_head,
+    reject_rows,
+    to_float,
+)
 
 #: 2020-07-02T00:00:00Z = 2635 weeks after 1970-01-01 (both Thursdays).
 PAI_EPOCH_OFFSET_S = 2635 * 7 * 86400.0
@@ -227,8 +235,7 @@ class PaiReader(Reader):
 
         def on_invalid(row: pacsv.InvalidRow) -> str:
             self._rejects.append(reject_rows(
-                [f"malformed pai_{table}_table line: expected {row.expected_columns} fields, found "
-                 f"{row.actual_columns}"], self.name, raw=[row.text], source_file=[str(path)]))
+                [malformed_reason(f"pai_{table}_table", row)], self.name, raw=[row.text], source_file=[str(path)]))
             return "skip"
 
         with self.tracker.open_binary(path) as stream:

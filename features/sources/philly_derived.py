@@ -36,6 +36,7 @@ from features.sources._base import (
     TRACE_EPOCH_TS,
     Reader,
     first_reason,
+    malformed_reason,
     read_head,
     reject_rows,
     require_columns,
@@ -73,8 +74,7 @@ class PhillyDerivedReader(Reader):
     def _batches(self, path: Path, read_opts: pacsv.ReadOptions, parse_opts: dict, columns: Sequence[str],
                  chunk_rows: int, bad: list[pd.DataFrame]) -> Iterator[pa.Table]:
         def on_invalid(row: pacsv.InvalidRow) -> str:
-            bad.append(reject_rows([f"malformed line {row.number}: expected {row.expected_columns} fields, found "
-                                    f"{row.actual_columns}"], self.name, raw=[row.text], source_file=[str(path)]))
+            bad.append(reject_rows([malformed_reason("trace", row)], self.name, raw=[row.text], source_file=[str(path)]))
             return "skip"
 
         with self.tracker.open_binary(path) as stream:

@@ -44,6 +44,7 @@ from features.sources._base import (
     READER_REJECT,
     Reader,
     first_reason,
+    malformed_reason,
     null_tokens,
     parse_timestamps,
     read_head,
@@ -101,10 +102,8 @@ class SacctReader(Reader):
         bad_lines: list[pd.DataFrame] = []
 
         def on_invalid(row: pacsv.InvalidRow) -> str:
-            where = f"line {row.number}" if row.number is not None else "a line"
             bad_lines.append(reject_rows(
-                [f"malformed sacct {where}: expected {row.expected_columns} '|'-separated fields, "
-                 f"found {row.actual_columns}"],
+                [malformed_reason("sacct", row)],
                 self.name, job_id=[row.text.split("|", 1)[0].strip() or None], raw=[row.text],
                 source_file=[str(path)]))
             return "skip"
@@ -206,25 +205,16 @@ class SacctReader(Reader):
         return frame
 
     def _apply_usage(self, jobs: pd.DataFrame, usage: pd.DataFrame) -> pd.DataFrame:
-        """Set peak memory / OOM from step usage; return rejects for step groups without a job."""
-        known = usage.index.isin(jobs["job_id"])
-        if known.any():
-            matched = usage.loc[known]
-            pos = pd.Index(jobs["job_id"]).get_indexer(matched.index)
-            ok = pos >= 0
-            pos, matched = pos[ok], matched.loc[ok]
-            per_task = jobs["num_gpus"].to_numpy()[pos] / np.maximum(jobs["num_nodes"].to_numpy()[pos], 1)
-            gpus_per_task = np.where(np.isnan(matched["gpus_per_task"]), per_task, matched["gpus_per_task"])
-            gpus_per_task = np.where(np.isnan(gpus_per_task) | (gpus_per_task < 1), 1.0, gpus_per_task)
-            peak = matched["gpumem_mib"].to_numpy() / gpus_per_task
-            current = jobs["peak_vram_mib"].to_numpy()[pos] if "peak_vram_mib" in jobs else np.full(len(pos), np.nan)
-            values = np.fmax(current, peak)
-            if "peak_vram_mib" not in jobs:
-                jobs["peak_vram_mib"] = np.nan
-            jobs.loc[jobs.index[pos], "peak_vram_mib"] = values
-            oom = matched["oom"].to_numpy() & (jobs["state"].to_numpy()[pos] == "FAILED")
-            jobs.loc[jobs.index[pos[oom]], "state"] = "OUT_OF_MEMORY"
-        orphans = usage.index[~known]
+        """Set peak memory / OOM on ``jobs`` from step usage; return rejects for steps without a job."""
+        aligned = usage.reindex(pd.Index(jobs["job_id"].astype(object)))
+        per_task = jobs["num_gpus"].to_numpy() / np.maximum(np.nan_to_num(jobs["num_nodes"].to_numpy(), nan=1.0), 1.0)
+        gpus_per_task = aligned["gpus_per_task"].to_numpy()
+        gpus_per_task = np.where(np.isnan(gpus_per_task), per_task, gpus_per_task)
+        gpus_per_task = np.where(np.isnan(gpus_per_task) | (gpus_per_task < 1), 1.0, gpus_per_task)
+        jobs["peak_vram_mib"] = aligned["gpumem_mib"].to_numpy() / gpus_per_task
+        oom = aligned["oom"].fillna(False).to_numpy(dtype=bool) & (jobs["state"] == "FAILED").to_numpy()
+        jobs.loc[oom, "state"] = "OUT_OF_MEMORY"
+        orphans = usage.index[~usage.index.isin(jobs["job_id"].astype(object))]
         return reject_rows(
             ["job steps without their job line (sacct prints each job line right before its steps)"] * len(orphans),
             self.name, job_id=list(orphans))

@@ -28,6 +28,7 @@ import pyarrow.csv as pacsv
 from features.sources._base import (
     READER_REJECT,
     first_reason,
+    malformed_reason,
     null_tokens,
     parse_timestamps,
     reject_rows,
@@ -77,9 +78,7 @@ def read_eagle(path: Path, reader: SacctReader, chunk_rows: int, numbering: Arra
     bad: list[pd.DataFrame] = []
 
     def on_invalid(row: pacsv.InvalidRow) -> str:
-        where = f"line {row.number}" if row.number is not None else "a line"
-        bad.append(reject_rows([f"malformed CSV {where}: expected {row.expected_columns} fields, found "
-                                f"{row.actual_columns}"], reader.name, raw=[row.text], source_file=[str(path)]))
+        bad.append(reject_rows([malformed_reason("CSV", row)], reader.name, raw=[row.text], source_file=[str(path)]))
         return "skip"
 
     with reader.tracker.open_binary(path) as stream:
