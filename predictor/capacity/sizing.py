@@ -1,0 +1,176 @@
+"""GPU sizing: which GPU types (flavors) a job may run on, from its predicted peak memory.
+
+Rule *flavor from memory*: a job needs ``need = upper x (1 + margin_fraction) + margin_mib`` MiB per
+GPU, where ``upper`` is the predicted upper bound of its peak memory per GPU. A GPU type holds it
+when ``memory_mib x gpu_milli / 1000 >= need`` (a GPU share gets the same share of the memory, as in
+the openb cluster). Among the types the cluster has enough of for the gang, the job's *flavor* is
+the cheapest one (cost per GPU-hour, then memory) that holds it and that it requested; the GPU
+count is the one requested (data-parallel jobs keep their per-GPU memory whatever the count).
+
+Warnings:
+
+* *too small (OOM risk)*: the requested type(s) cannot hold the need. With
+  ``sizing.on_too_small = upsize`` the job is moved to the cheapest type that can; with ``keep``
+  it keeps its request and the warning stands.
+* *wastes capacity*: the request forces a type costlier than the cheapest that holds the need, and
+  that type has ``waste_ratio`` times the memory needed.
+* *fits nowhere*: no type of the cluster holds the need; the job keeps its request (the prediction
+  may be wrong) and the warning says how many of the largest GPUs a sharded run would need.
+
+Sizing by prediction is skipped (request kept, warnings still computed) when
+``sizing.use_predictions`` is false, and for jobs without a memory prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictor.capacity.layout import MILLI, ClusterLayout
+from predictor.policy.config import SizingConfig
+
+__all__ = ["SizingOutcome", "size_jobs", "size_request", "describe_sizing"]
+
+
+@dataclass(frozen=True, eq=False)
+class SizingOutcome:
+    """Sizing of n jobs against one layout.
+
+    Attributes
+    ----------
+    allowed : ndarray of bool, shape (n_jobs, n_types)
+        Types each job may run on (layout codes, cheapest first).
+    flavor : ndarray of int64, shape (n_jobs,)
+        Cheapest allowed type; ``-1`` when the job can never run on this cluster.
+    need_mib : ndarray of float64
+        Memory needed per GPU (upper bound plus margins); NaN when not predicted.
+    too_small, wasteful, fits_nowhere, requested_missing : ndarray of bool
+        Warning flags (see the module docstring); ``requested_missing``: no requested type exists
+        in the cluster in the number the gang needs.
+    """
+
+    allowed: np.ndarray
+    flavor: np.ndarray
+    need_mib: np.ndarray
+    too_small: np.ndarray
+    wasteful: np.ndarray
+    fits_nowhere: np.ndarray
+    requested_missing: np.ndarray
+
+
+def size_jobs(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray, gpu_milli: np.ndarray,
+              peak_upper_mib: np.ndarray, requested_types: np.ndarray | None) -> SizingOutcome:
+    """Size every job at once (see the module docstring for the rules).
+
+    Parameters
+    ----------
+    layout : ClusterLayout
+    cfg : SizingConfig
+    num_gpus, gpu_milli : ndarray of int, shape (n_jobs,)
+    peak_upper_mib : ndarray of float, shape (n_jobs,)
+        Predicted upper bound of peak memory per GPU; NaN when unknown.
+    requested_types : ndarray of bool, shape (n_jobs, n_types), or None for "any type"
+
+    Returns
+    -------
+    SizingOutcome
+    """
+    n, t = len(num_gpus), layout.n_types
+    need = peak_upper_mib * (1.0 + cfg.margin_fraction) + cfg.margin_mib
+    known = np.isfinite(need)
+    capacity = layout.type_memory_mib[None, :] * (gpu_milli[:, None] / MILLI)
+    fits = ~(need[:, None] > capacity)  # NaN need -> fits everywhere
+    count_ok = layout.gpus_of_type()[None, :] >= num_gpus[:, None]
+    req = np.ones((n, t), dtype=bool) if requested_types is None else requested_types
+    has_request = ~req.all(axis=1) if t else np.zeros(n, dtype=bool)
+    req_ok = req & count_ok
+    fit_ok = fits & count_ok
+
+    fits_nowhere = known & ~fit_ok.any(axis=1)
+    too_small = known & has_request & req_ok.any(axis=1) & ~(req_ok & fits).any(axis=1)
+    if cfg.use_predictions:
+        allowed = req_ok & fits
+        if cfg.on_too_small == "upsize":
+            allowed = np.where((too_small & ~fits_nowhere)[:, None], fit_ok, allowed)
+        allowed = np.where((~allowed.any(axis=1))[:, None], req_ok, allowed)
+    else:
+        allowed = req_ok
+    any_allowed = allowed.any(axis=1)
+    flavor = np.where(any_allowed, np.argmax(allowed, axis=1), -1).astype(np.int64)
+    cheapest_fit = np.where(fit_ok.any(axis=1), np.argmax(fit_ok, axis=1), t)
+    flavor_mem = layout.type_memory_mib[np.maximum(flavor, 0)] * (gpu_milli / MILLI) if t else np.zeros(n)
+    wasteful = known & has_request & any_allowed & (cheapest_fit < flavor) & (flavor_mem >= cfg.waste_ratio * need)
+    return SizingOutcome(
+        allowed=allowed, flavor=flavor, need_mib=np.where(known, need, np.nan), too_small=too_small,
+        wasteful=wasteful, fits_nowhere=fits_nowhere, requested_missing=~req_ok.any(axis=1),
+    )
+
+
+def describe_sizing(layout: ClusterLayout, outcome: SizingOutcome, i: int, *, num_gpus: int, gpu_milli: int,
+                    peak_upper_mib: float, requested: np.ndarray | None) -> tuple[str, ...]:
+    """The warnings for job ``i`` of ``outcome`` as sentences a person can act on."""
+    out: list[str] = []
+    need = outcome.need_mib[i]
+    names = layout.gpu_types
+    if outcome.requested_missing[i]:
+        asked = [names[k] for k in np.flatnonzero(requested)] if requested is not None else list(names)
+        out.append(f"the cluster has no {num_gpus} GPUs of requested type(s) {', '.join(asked) or '(none known)'}")
+    if outcome.fits_nowhere[i]:
+        biggest = int(np.argmax(layout.type_memory_mib)) if layout.n_types else -1
+        if biggest >= 0:
+            mem = layout.type_memory_mib[biggest]
+            shards = int(np.ceil(peak_upper_mib * num_gpus / mem))
+            out.append(f"predicted peak {peak_upper_mib:,.0f} MiB per GPU (+margin: {need:,.0f}) fits no GPU type "
+                       f"here (largest {names[biggest]}, {mem:,.0f} MiB): OOM risk; a sharded run needs "
+                       f">= {shards} x {names[biggest]}")
+    elif outcome.too_small[i]:
+        asked = [names[k] for k in np.flatnonzero(requested)] if requested is not None else []
+        flavor = names[outcome.flavor[i]] if outcome.flavor[i] >= 0 else "none"
+        moved = not (requested is not None and requested[outcome.flavor[i]]) if outcome.flavor[i] >= 0 else False
+        tail = f"; moved to {flavor}" if moved else "; kept as requested"
+        out.append(f"requested {'/'.join(asked)} is too small: predicted peak {peak_upper_mib:,.0f} MiB "
+                   f"(+margin {need:,.0f} MiB per GPU{'' if gpu_milli >= MILLI else ' share'}): OOM risk{tail}")
+    if outcome.wasteful[i]:
+        flavor = names[outcome.flavor[i]]
+        cheaper = [names[k] for k in range(outcome.flavor[i])
+                   if layout.type_memory_mib[k] * gpu_milli / MILLI >= need]
+        out.append(f"request for {flavor} wastes capacity: predicted need {need:,.0f} MiB per GPU fits on "
+                   f"cheaper {', '.join(cheaper)}")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class SizingAdvice:
+    """Sizing of one job: flavor (None if it can never run), GPU count, and warnings."""
+
+    flavor: str | None
+    num_gpus: int
+    allowed: tuple[str, ...]
+    need_mib: float | None
+    warnings: tuple[str, ...]
+
+
+def size_request(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: int, gpu_milli: int = MILLI,
+                 peak_upper_mib: float | None = None, requested: tuple[str, ...] = ()) -> SizingAdvice:
+    """Size one job (the single-job form of :func:`size_jobs`); unknown requested types are ignored."""
+    req = None
+    if requested:
+        req = np.zeros((1, layout.n_types), dtype=bool)
+        for name in requested:
+            k = layout.type_index(name)
+            if k >= 0:
+                req[0, k] = True
+    peak = np.nan if peak_upper_mib is None else float(peak_upper_mib)
+    out = size_jobs(layout, cfg, num_gpus=np.array([num_gpus]), gpu_milli=np.array([gpu_milli]),
+                    peak_upper_mib=np.array([peak]), requested_types=req)
+    warnings = describe_sizing(layout, out, 0, num_gpus=num_gpus, gpu_milli=gpu_milli, peak_upper_mib=peak,
+                               requested=None if req is None else req[0])
+    flavor = int(out.flavor[0])
+    return SizingAdvice(
+        flavor=layout.gpu_types[flavor] if flavor >= 0 else None,
+        num_gpus=int(num_gpus),
+        allowed=tuple(layout.gpu_types[k] for k in np.flatnonzero(out.allowed[0])),
+        need_mib=None if np.isnan(out.need_mib[0]) else float(out.need_mib[0]),
+        warnings=warnings,
+    )

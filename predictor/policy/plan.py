@@ -1,0 +1,281 @@
+"""The output of one scheduling cycle: ``SchedulePlan``, and how its Decisions are written.
+
+A plan is frozen. ``decisions`` holds a Decision for every job something happens to (start,
+preempt, reserve, reject), in priority order: what an adapter or the replay acts on, cheap to build
+each cycle. ``queue()`` writes a Decision for *every* pending job (waits included, with factor
+breakdowns), built on first call: what the service shows and ``predictor policy decide`` prints.
+``assignments`` repeats the starts with global GPU indices for callers that keep GPU arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from features.schema import PLACEMENT_CLASSES
+from predictor.capacity.layout import MILLI
+from predictor.capacity.sizing import describe_sizing
+from predictor.policy.context import CycleContext
+from predictor.policy.decision import (
+    Decision,
+    EvictionPlan,
+    FactorScore,
+    Placement,
+    Priority,
+    Reservation,
+    Victim,
+)
+from predictor.policy.factors.base import hours
+from predictor.policy.ordering import NORMAL_MAX, Ordering, OrderKeys
+
+__all__ = ["SchedulePlan", "Assignment", "Outcome", "DecisionWriter", "ACTIONS"]
+
+ACTIONS: tuple[str, ...] = ("wait", "start", "reserve", "preempt", "reject")
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the cycle decided for one pending job (internal, filled while walking the queue)."""
+
+    action: str
+    note: str = ""
+    type_code: int = -1
+    gpus: np.ndarray | None = None
+    placement_class: int = -1
+    start_ts: float = math.nan
+    end_ts: float = math.nan
+    victims: np.ndarray | None = None
+    lost_gpu_s: float = 0.0
+    backfill: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A start to perform: pending row ``pending_row`` on global GPUs ``gpus`` from ``start_ts``."""
+
+    pending_row: int
+    job_id: str
+    gpus: np.ndarray
+    gpu_milli: int
+    placement_class: int
+    slowdown: float
+    start_ts: float
+    predicted_end_ts: float
+    victims: tuple[str, ...] = ()
+
+
+class DecisionWriter:
+    """Turns a pending row and its outcome into a :class:`Decision` with a readable reason."""
+
+    def __init__(self, ctx: CycleContext, ordering: Ordering, keys: OrderKeys, priority: np.ndarray,
+                 guarded: np.ndarray, at_risk: np.ndarray, running_priority: np.ndarray, *,
+                 explain: bool = True) -> None:
+        self.ctx, self.ordering, self.keys = ctx, ordering, keys
+        self.explain = explain
+        self.priority, self.guarded, self.at_risk = priority, guarded, at_risk
+        self.running_priority = running_priority
+        self.policy = ctx.policy
+
+    # ------------------------------------------------------------------ parts
+    def factors(self, i: int) -> tuple[FactorScore, ...]:
+        k, explain = self.keys, self.explain
+        if k.factor_values is not None:
+            facs = self.ordering.factors  # type: ignore[attr-defined]
+            out = [FactorScore(name, float(k.factor_values[i, j]), w,
+                               facs[name].explain(self.ctx, i) if explain else "")
+                   for j, (name, w) in enumerate(zip(k.factor_names, k.factor_weights, strict=True))]
+        else:
+            out = [FactorScore(self.ordering.name, float(k.priority[i]) / NORMAL_MAX, 1.0,
+                               self.ordering.explain(self.ctx, i) if explain else "")]
+        if self.guarded[i]:
+            after = self.policy.aging.starvation_after_s or 0.0
+            out.append(FactorScore("starvation_guard", 1.0, 0.0,
+                                   f"waited over {hours(after)}: ahead of every job submitted later"))
+        return tuple(out)
+
+    def placement(self, i: int, o: Outcome) -> Placement | None:
+        if o.gpus is None:
+            return None
+        lay = self.ctx.layout
+        c = o.placement_class
+        return Placement(gpu_type=lay.gpu_types[o.type_code], gpus_by_node=lay.gpus_by_node(o.gpus),
+                         placement_class=PLACEMENT_CLASSES[c], slowdown=float(self.ctx.pending.slowdown[i, c]),
+                         gpu_indices=lay.gpu_indices_by_node(o.gpus))
+
+    def time_limit(self, i: int, o: Outcome) -> float | None:
+        cfg = self.policy.time_limit
+        if not cfg.from_p90 or not np.isfinite(self.ctx.pending.p90_s[i]):
+            return None
+        c = o.placement_class if o.placement_class >= 0 else 0
+        raw = float(self.ctx.pending.p90_s[i] * self.ctx.pending.slowdown[i, c] * (1.0 + cfg.margin_fraction))
+        return float(max(cfg.min_s, math.ceil(raw / 60.0) * 60.0))
+
+    def warnings(self, i: int, limit: float | None) -> tuple[str, ...]:
+        ctx, p = self.ctx, self.ctx.pending
+        req = None if p.requested_types is None else p.requested_types[i]
+        out = list(describe_sizing(ctx.layout, ctx.sizing, i, num_gpus=int(p.num_gpus[i]),
+                                   gpu_milli=int(p.gpu_milli[i]), peak_upper_mib=float(p.peak_vram_upper_mib[i]),
+                                   requested=req))
+        if self.at_risk[i]:
+            out.append(f"SLA at risk: {hours(ctx.deadline[i] - ctx.now)} to the deadline, p90 run time "
+                       f"{hours(ctx.p90[i])}")
+        user = p.time_limit_s[i]
+        if limit is not None and np.isfinite(user) and user < p.p90_s[i]:
+            out.append(f"requested time limit {hours(user)} is below the predicted p90 {hours(p.p90_s[i])}: "
+                       "likely to be killed")
+        if not ctx.has_prediction[i]:
+            out.append("no duration prediction: planned with the time limit or a default")
+        return tuple(out)
+
+    def action_sentence(self, i: int, o: Outcome, placement: Placement | None) -> str:
+        ctx = self.ctx
+        lay, p = ctx.layout, ctx.pending
+        if o.action in ("start", "preempt", "reserve") and o.gpus is not None and placement is not None:
+            by_node = placement.gpus_by_node
+            where = ", ".join(f"{n}x{node}" for node, n in by_node[:4])
+            more = "" if len(by_node) <= 4 else ", ..."
+            share = "" if p.gpu_milli[i] >= MILLI else f" ({p.gpu_milli[i] / MILLI:.2f} of each)"
+            what = (f"{len(o.gpus)} x {lay.gpu_types[o.type_code]}{share} on {where}{more} "
+                    f"({PLACEMENT_CLASSES[o.placement_class]}, slowdown {p.slowdown[i, o.placement_class]:.2f})")
+            if o.action == "start":
+                lead = "Backfills" if o.backfill else "Starts now on"
+                tail = f", ending (p90) by {hours(o.end_ts - ctx.now)} before the reservations on them" \
+                    if o.backfill else ""
+                return f"{lead} {what}{tail}. {o.note}".strip()
+            if o.action == "preempt":
+                return (f"Preempts {len(o.victims) if o.victims is not None else 0} lower-priority job(s) "
+                        f"({o.lost_gpu_s / 3600:.2f} GPU-h of work lost) and starts after the "
+                        f"{hours(self.policy.preemption.grace_s)} grace on {what}. {o.note}").strip()
+            return f"Reserved {what} from {hours(o.start_ts - ctx.now)} from now. {o.note}".strip()
+        if o.action == "reject":
+            return f"Can never run on this cluster: {o.note}"
+        return f"Waits: {o.note or 'no capacity free for it now, and no reservation left this cycle'}"
+
+    def why(self, factors: tuple[FactorScore, ...]) -> str:
+        """Factors as ``detail (value x weight)``, largest contribution first."""
+        if self.keys.factor_values is None:
+            return "; ".join(f.detail for f in factors)
+        ranked = sorted(factors, key=lambda f: -f.contribution)
+        return "; ".join(f"{f.detail} ({f.name} {f.value:.2f} x {f.weight:g})" if f.weight else f.detail
+                         for f in ranked)
+
+    # ------------------------------------------------------------------ the Decision
+    def victims(self, o: Outcome, lost_s: np.ndarray) -> tuple[Victim, ...]:
+        snap = self.ctx.snapshot
+        r = snap.running
+        out = []
+        for row in (o.victims if o.victims is not None else ()):
+            row = int(row)
+            team = int(r.team[row])
+            gpus = r.gpus_of(row)
+            out.append(Victim(job_id=str(r.job_id[row]), team=snap.teams[team] if team >= 0 else None,
+                              priority=int(self.running_priority[row]),
+                              gpus_by_node=self.ctx.layout.gpus_by_node(gpus), work_lost_s=float(lost_s[row]),
+                              gpu_hours_lost=float(lost_s[row] * len(gpus) * r.gpu_milli[row] / MILLI / 3600.0)))
+        return tuple(out)
+
+    def write(self, i: int, o: Outcome, lost_s: np.ndarray | None = None) -> Decision:
+        ctx, p, lay = self.ctx, self.ctx.pending, self.ctx.layout
+        placement = self.placement(i, o)
+        limit = self.time_limit(i, o)
+        reservation = eviction = None
+        if o.action == "reserve" and placement is not None:
+            reservation = Reservation(job_id=str(p.job_id[i]), start_ts=float(o.start_ts),
+                                      expires_ts=float(o.start_ts + self.policy.reservation.hold_s),
+                                      placement=placement, predicted_end_ts=float(o.end_ts))
+        if o.action == "preempt" and lost_s is not None:
+            pc = self.policy.preemption
+            eviction = EvictionPlan(for_job_id=str(p.job_id[i]), victims=self.victims(o, lost_s),
+                                    signal=pc.signal, grace_s=pc.grace_s, requeue=pc.requeue)
+        flavor_code = o.type_code if o.type_code >= 0 else int(ctx.sizing.flavor[i])
+        q = int(p.queue[i])
+        team = int(p.team[i])
+        queue = ctx.snapshot.queues[q] if q >= 0 else (ctx.snapshot.teams[team] if team >= 0 else None)
+        prio = int(self.priority[i])
+        factors = self.factors(i)
+        if self.explain:
+            reason = f"{self.action_sentence(i, o, placement)} Priority {prio:,}: {self.why(factors)}."
+        else:
+            reason = f"{o.action}: {o.note}" if o.note else o.action
+        return Decision(
+            job_id=str(p.job_id[i]), priority=Priority(prio), factors=factors, action=o.action,
+            tier=ctx.tier_names[ctx.tier_index[i]], queue=queue,
+            flavor=lay.gpu_types[flavor_code] if flavor_code >= 0 else None, num_gpus=int(p.num_gpus[i]),
+            placement=placement if o.action in ("start", "preempt") else None, reservation=reservation,
+            eviction=eviction, time_limit_s=limit, sla_at_risk=bool(self.at_risk[i]),
+            warnings=self.warnings(i, limit) if self.explain else (), reason=reason, model_version=str(p.model_version[i]),
+            fallback=bool(p.fallback[i]), decided_at=ctx.now,
+            extra={"pending_row": i, "gpu_milli": int(p.gpu_milli[i])},
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class SchedulePlan:
+    """What ``decide()`` returns (see the module docstring).
+
+    Attributes
+    ----------
+    now : float
+    policy_name : str
+    order : ndarray of int64
+        Pending rows, highest priority first.
+    priority : ndarray of int64
+        Integer priority of each pending row (Slurm scale; ``Decision.kueue_priority`` halves it).
+    action : ndarray of object
+        Action of each pending row (``ACTIONS``).
+    decisions : tuple of Decision
+        Every job with an action other than ``wait``, in priority order.
+    assignments : tuple of Assignment
+    reservations : tuple of Reservation
+    evictions : tuple of EvictionPlan
+    revisit_at_ts : float or None
+        Earliest future time the plan may change without any job event (a reservation starting, a
+        running job passing its minimum runtime for a blocked preemptor); None if none.
+    stats : dict
+        Counts and phase timings of the cycle.
+    """
+
+    now: float
+    policy_name: str
+    order: np.ndarray
+    priority: np.ndarray
+    action: np.ndarray
+    decisions: tuple[Decision, ...]
+    assignments: tuple[Assignment, ...]
+    reservations: tuple[Reservation, ...]
+    evictions: tuple[EvictionPlan, ...]
+    revisit_at_ts: float | None
+    stats: dict
+    _writer: DecisionWriter = field(repr=False)
+    _outcomes: dict[int, Outcome] = field(repr=False)
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def starts(self) -> tuple[Decision, ...]:
+        """Decisions that start a job now (``start``) or after evicting victims (``preempt``)."""
+        return tuple(d for d in self.decisions if d.action in ("start", "preempt"))
+
+    def queue(self) -> tuple[Decision, ...]:
+        """A Decision for every pending job, highest priority first (built once, then cached)."""
+        if "queue" not in self._cache:
+            by_id = {d.extra["pending_row"]: d for d in self.decisions}
+            wait = Outcome("wait")
+            self._cache["queue"] = tuple(
+                by_id[i] if i in by_id else self._writer.write(i, self._outcomes.get(i, wait))
+                for i in self.order.tolist()
+            )
+        return self._cache["queue"]
+
+    def decision_for(self, job_id: str) -> Decision:
+        """The Decision of one pending job; KeyError if it is not in the snapshot."""
+        ids = self._writer.ctx.pending.job_id
+        rows = np.flatnonzero(ids == job_id)
+        if len(rows) == 0:
+            raise KeyError(f"job {job_id!r} is not pending in this snapshot")
+        i = int(rows[0])
+        for d in self.decisions:
+            if d.extra["pending_row"] == i:
+                return d
+        return self._writer.write(i, self._outcomes.get(i, Outcome("wait")))

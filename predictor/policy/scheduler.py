@@ -1,0 +1,421 @@
+"""``decide(snapshot, policy) -> SchedulePlan``: the one scheduling function production and replay call.
+
+One cycle, top to bottom (after Kueue's scheduler; rules are named in the module docstrings of
+``predictor.capacity.book``, ``placement``, ``sizing``, ``predictor.preemption``, ``ordering``):
+
+1. **snapshot**  open a capacity book: free shares now, when each GPU frees up (running jobs' p90).
+2. **nominate**  size every pending job: the GPU types it may use (flavor from predicted memory).
+3. **order**     the policy's ordering ranks the jobs (vectorised), starvation guard on top.
+4. **admit**     walk the queue in priority order, for each job:
+   a. *reject* it if it can never run here; *wait* if a strict head blocks its queue or its team's
+      quota is spent;
+   b. *start* it now on the best placement free (not on GPUs reserved before its p90 end), unless
+      waiting for a better placement class finishes earlier (then *reserve* that);
+   c. else, if it may preempt and waiting would take too long (or miss its deadline): *preempt*
+      the cheapest set of lower-priority victims;
+   d. else *reserve* the earliest GPUs that fit (while reservation depth lasts), or *wait*.
+   The walk stops early once nothing is free, no reservation is left to give and no job may preempt.
+5. **plan**      freeze the decisions, reservations and eviction plans.
+
+Nothing is performed: the snapshot is not modified and no I/O happens. The same snapshot and policy
+always give the same plan.
+
+Cost per cycle, P pending, R running, G GPUs: O(P log P) for sizing, factors and the sort (numpy);
+O(G) per placement attempt for at most (jobs started + a few per blocked job until the cluster is
+full); O(G log G) per reservation, at most ``reservation.depth`` of them; preemption O(R + G) per
+candidate set, at most ``preemption.max_preemptors_per_cycle`` of them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from features.schema import PLACEMENT_CLASSES as CLS
+from predictor.capacity.book import CapacityBook, predicted_busy_until
+from predictor.capacity.layout import MILLI
+from predictor.capacity.placement import GangChoice
+from predictor.capacity.sizing import size_jobs
+from predictor.policy.config import PolicyConfig
+from predictor.policy.context import CycleContext
+from predictor.policy.factors import sla_at_risk
+from predictor.policy.factors.base import hours
+from predictor.policy.ordering import ORDERINGS, Ordering, order_pending
+from predictor.policy.plan import Assignment, DecisionWriter, Outcome, SchedulePlan
+from predictor.policy.quota import QuotaBook
+from predictor.policy.snapshot import ClusterSnapshot
+from predictor.preemption import choose_victims, milli_of, work_lost_s
+
+__all__ = ["decide"]
+
+_COMPILED: dict[int, tuple[PolicyConfig, Ordering, np.ndarray]] = {}
+
+
+def _compile(policy: PolicyConfig) -> tuple[Ordering, np.ndarray]:
+    hit = _COMPILED.get(id(policy))
+    if hit is not None and hit[0] is policy:
+        return hit[1], hit[2]
+    ordering = ORDERINGS[policy.ordering](policy)
+    names = list(policy.tiers)
+    may = np.zeros((len(names), len(names)), dtype=bool)
+    for a, tier in enumerate(policy.tiers.values()):
+        for other in tier.can_preempt:
+            may[a, names.index(other)] = True
+    if len(_COMPILED) > 64:
+        _COMPILED.clear()
+    _COMPILED[id(policy)] = (policy, ordering, may)
+    return ordering, may
+
+
+def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = True) -> SchedulePlan:
+    """Run one scheduling cycle on ``snapshot`` under ``policy`` (see the module docstring).
+
+    Parameters
+    ----------
+    snapshot : ClusterSnapshot
+        The cluster at ``snapshot.now``: inventory, free capacity, running and pending jobs.
+    policy : PolicyConfig
+        A validated policy (``predictor.policy.presets.load_policy``).
+    explain : bool
+        Write the readable parts of each Decision (factor details, reason sentence, warnings). A
+        replay that only acts on the plan passes False: same decisions, factor values and weights,
+        a terse reason. ``plan.queue()`` honours the same setting.
+
+    Returns
+    -------
+    SchedulePlan
+    """
+    clock = time.perf_counter
+    t0 = clock()
+    ordering, may_preempt = _compile(policy)
+    lay, now, pend, run = snapshot.layout, float(snapshot.now), snapshot.pending, snapshot.running
+    rcfg = policy.reservation
+    # 1. snapshot
+    busy = predicted_busy_until(lay.n_gpus, now, run.alloc_gpus, run.alloc_offsets, run.start_ts,
+                                run.predicted_end_ts, overrun_extension_s=rcfg.overrun_extension_s,
+                                unknown_duration_s=rcfg.unknown_duration_s)
+    book = CapacityBook(lay, now, snapshot.free_milli, busy, strategy=policy.placement.strategy)
+    # 2. nominate
+    sizing = size_jobs(lay, policy.sizing, num_gpus=pend.num_gpus, gpu_milli=pend.gpu_milli,
+                       peak_upper_mib=pend.peak_vram_upper_mib, requested_types=pend.requested_types)
+    ctx = CycleContext(snapshot, policy, sizing, book)
+    t1 = clock()
+    # 3. order
+    keys = ordering.keys(ctx)
+    order, priority, guarded = order_pending(ctx, keys, policy.aging.starvation_after_s)
+    run_prio = ordering.running_priority(ctx)
+    run_prio = run.priority if run_prio is None else run_prio
+    at_risk = sla_at_risk(ctx)
+    t2 = clock()
+    # 4. admit
+    walk = _Admission(ctx, book, priority, run_prio, at_risk, may_preempt)
+    walk.run(order)
+    t3 = clock()
+    # 5. plan
+    writer = DecisionWriter(ctx, ordering, keys, priority, guarded, at_risk, run_prio, explain=explain)
+    decisions, assignments = [], []
+    for i in order.tolist():
+        o = walk.outcomes.get(i)
+        if o is None or o.action == "wait":
+            continue
+        d = writer.write(i, o, walk.lost_s)
+        decisions.append(d)
+        if o.action in ("start", "preempt") and o.gpus is not None:
+            victims = tuple(str(run.job_id[r]) for r in (o.victims if o.victims is not None else ()))
+            assignments.append(Assignment(
+                pending_row=i, job_id=str(pend.job_id[i]), gpus=o.gpus, gpu_milli=int(pend.gpu_milli[i]),
+                placement_class=o.placement_class, slowdown=float(pend.slowdown[i, o.placement_class]),
+                start_ts=o.start_ts, predicted_end_ts=o.end_ts, victims=victims))
+    action = np.full(len(pend), "wait", dtype=object)
+    for i, o in walk.outcomes.items():
+        action[i] = o.action
+    starts = [r.start_ts for d in decisions if (r := d.reservation) is not None and r.start_ts > now]
+    revisit = min([*starts, walk.revisit], default=math.inf)
+    stats = {"pending": len(pend), "running": len(run), "considered": walk.considered,
+             "placement_attempts": walk.attempts, "started": sum(d.action == "start" for d in decisions),
+             "reserved": sum(d.action == "reserve" for d in decisions),
+             "preempting": sum(d.action == "preempt" for d in decisions),
+             "rejected": sum(d.action == "reject" for d in decisions),
+             "seconds": {"nominate": t1 - t0, "order": t2 - t1, "admit": t3 - t2, "plan": clock() - t3}}
+    return SchedulePlan(
+        now=now, policy_name=policy.name, order=order, priority=priority, action=action,
+        decisions=tuple(decisions), assignments=tuple(assignments),
+        reservations=tuple(d.reservation for d in decisions if d.reservation is not None),
+        evictions=tuple(d.eviction for d in decisions if d.eviction is not None),
+        revisit_at_ts=revisit if math.isfinite(revisit) else None, stats=stats,
+        _writer=writer, _outcomes=walk.outcomes,
+    )
+
+
+class _Admission:
+    """Phase 4: the walk over the queue (see the module docstring)."""
+
+    def __init__(self, ctx: CycleContext, book: CapacityBook, priority: np.ndarray, run_prio: np.ndarray,
+                 at_risk: np.ndarray, may_preempt: np.ndarray) -> None:
+        self.ctx, self.book, self.priority, self.run_prio = ctx, book, priority, run_prio
+        self.at_risk, self.may_preempt = at_risk, may_preempt
+        pol = ctx.policy
+        self.pol = pol
+        self.now = ctx.now
+        p, r = ctx.pending, ctx.snapshot.running
+        self.outcomes: dict[int, Outcome] = {}
+        self.reserve_left = pol.reservation.depth
+        pc = pol.preemption
+        self.preempt_left = pc.max_preemptors_per_cycle if pc.enabled and len(r) else 0
+        self.strict = pol.queueing.strategy == "strict"
+        self.blocked_all = False
+        self.blocked: set[int] = set()
+        n_queues = len(ctx.snapshot.queues)
+        self.scope = np.where(p.queue >= 0, p.queue, n_queues + 1 + p.team)
+        self.quota = QuotaBook(pol, ctx.snapshot.teams, r.team, r.num_gpus * r.gpu_milli / MILLI,
+                               ctx.layout.n_gpus) if pol.quotas.enabled else None
+        self.evicted = np.zeros(len(r), dtype=bool)
+        self.lost_s = work_lost_s(r, self.now, pc.assumed_checkpoint_interval_s) if len(r) else np.zeros(0)
+        self.lost_gpu_s = self.lost_s * r.num_gpus * r.gpu_milli / MILLI
+        slow = np.where(np.isfinite(p.slowdown) & (p.slowdown >= 1.0), p.slowdown, 1.0)
+        self.slow = np.maximum.accumulate(slow, axis=1) if len(p) else slow
+        self.preemptor_tiers = may_preempt.any(axis=1)
+        self.fail: dict[tuple[int, int], list[tuple[int, float]]] = {}
+        self.preempt_fail: dict[tuple[int, int, int], list[tuple[int, int, float]]] = {}
+        self.revisit = math.inf
+        self.considered = 0
+        self.attempts = 0
+
+    # ------------------------------------------------------------------ the walk
+    def run(self, order: np.ndarray) -> None:
+        sizing = self.ctx.sizing
+        for i in np.flatnonzero(sizing.flavor < 0).tolist():
+            self.outcomes[i] = Outcome("reject", note=self._never_note(i))
+        never = (sizing.flavor < 0).tolist()
+        fits = self._fit_at_open()
+        tiers = self.ctx.tier_index
+        preemptor = (self.preemptor_tiers[tiers] if self.pol.preemption.scope == "tier_rules"
+                     else np.ones(len(tiers), dtype=bool)).tolist()
+        scope = self.scope.tolist()
+        for i in order.tolist():
+            if never[i]:
+                continue
+            if self.reserve_left <= 0 and self.preempt_left <= 0 and not self.book.any_free_by_type.any():
+                break  # nothing free, nothing to reserve, nobody may preempt: the rest waits
+            if not fits[i] and self.reserve_left <= 0 and not (preemptor[i] and self.preempt_left > 0):
+                self._block(scope[i])  # cannot start, reserve or preempt: it waits (cheaply)
+                continue
+            self.considered += 1
+            if self.consider(i) == "preempted":
+                fits = self._fit_at_open()
+
+    def _fit_at_open(self) -> list[bool]:
+        """Per job: some allowed type has enough free GPUs (a necessary condition to start now)."""
+        p, allowed = self.ctx.pending, self.ctx.sizing.allowed
+        whole, some = self.book.whole_free_by_type, self.book.any_free_by_type
+        free = np.where(p.gpu_milli[:, None] >= MILLI, whole[None, :], some[None, :])
+        return (allowed & (free >= p.num_gpus[:, None])).any(axis=1).tolist()
+
+    def consider(self, i: int) -> str:
+        """Decide one job (steps a-d of the module docstring); returns the action taken."""
+        ctx, book, p = self.ctx, self.book, self.ctx.pending
+        g, m = int(p.num_gpus[i]), int(p.gpu_milli[i])
+        scope = int(self.scope[i])
+        if self.strict and (self.blocked_all or scope in self.blocked):
+            self.outcomes[i] = Outcome("wait", note="behind the blocked head of its queue (strict FIFO)")
+            return "wait"
+        team, demand = int(p.team[i]), g * m / MILLI
+        if self.quota is not None and not self.quota.fits(team, demand):
+            self.outcomes[i] = Outcome("wait", note=f"over quota ({self.quota.describe(team)}; needs {demand:g} more)")
+            self._block(scope)
+            return "wait"
+        d50, d90, slow = float(ctx.p50[i]), float(ctx.p90[i]), self.slow[i]
+        ends = self.now + d90 * slow
+        types = np.flatnonzero(ctx.sizing.allowed[i]).tolist() if ctx.layout.n_types > 1 else [0]
+        # b. start now (or wait for a better placement)
+        choice, t = self._place_now(types, g, m, ends)
+        if choice is not None:
+            c = choice.placement_class
+            if self.pol.placement.wait_for_better and self.reserve_left > 0 and slow[c] > slow[0] + 1e-9:
+                later = self._better_later(t, g, c, d50, slow, self.now + d50 * slow[c])
+                if later is not None:
+                    start, ch, note = later
+                    self._reserve(i, t, ch, start, start + d90 * slow[ch.placement_class], note)
+                    return "reserve"
+            backfill = book.any_reserved and bool(np.isfinite(book.reserved_from[choice.gpus]).any())
+            book.take(choice.gpus, m, float(ends[c]))
+            if self.quota is not None:
+                self.quota.add(team, demand)
+            self.outcomes[i] = Outcome("start", type_code=t, gpus=choice.gpus, placement_class=c,
+                                       start_ts=self.now, end_ts=float(ends[c]), backfill=backfill)
+            return "start"
+        # c./d. cannot start now
+        res, wait = None, None
+        if self.reserve_left > 0:
+            res = self._earliest(types, g, d50, slow, better=self.pol.placement.wait_for_better)
+            wait = res[0] - self.now if res is not None else math.inf
+        if self._may_try_preempt(i, g, m, types, ends):
+            if wait is None:  # the earliest start in any placement (cached between bookings)
+                wait = min((self.book.earliest_any(t, g) for t in types), default=math.inf) - self.now
+            start_class = res[2].placement_class if res is not None else 0
+            if self._should_preempt(i, wait, d90 * slow[start_class]) and self._preempt(i, types, g, m, d90, slow):
+                return "preempted"
+        if res is not None and self.reserve_left > 0:
+            start, t, ch, note = res
+            self._reserve(i, t, ch, start, start + d90 * slow[ch.placement_class], note)
+        else:
+            why = "no reservation left this cycle (reservation.depth)" if self.reserve_left <= 0 \
+                else "no placement for its gang even when running jobs end"
+            self.outcomes[i] = Outcome("wait", note=f"no capacity free now; {why}")
+        self._block(scope)
+        return self.outcomes[i].action
+
+    # ------------------------------------------------------------------ rules
+    def _block(self, scope: int) -> None:
+        if self.strict:
+            if self.pol.queueing.scope == "cluster":
+                self.blocked_all = True
+            else:
+                self.blocked.add(scope)
+
+    def _place_now(self, types: list[int], g: int, m: int, ends: np.ndarray) -> tuple[GangChoice | None, int]:
+        book = self.book
+        for t in types:
+            if not book.could_fit_now(t, g, m):
+                continue
+            failed = self.fail.get((t, m))
+            if failed and any(g >= fg and (not book.any_reserved or ends[0] >= fe) for fg, fe in failed):
+                continue
+            self.attempts += 1
+            choice = book.place_now(t, g, m, ends)
+            if choice is not None:
+                return choice, t
+            self.fail.setdefault((t, m), []).append((g, float(ends[-1])))
+        return None, -1
+
+    def _better_later(self, t: int, g: int, c: int, d50: float, slow: np.ndarray, done_base: float,
+                      times: np.ndarray | None = None) -> tuple[float, GangChoice, str] | None:
+        """Rule *wait for a better placement*: the better class whose predicted completion is earliest."""
+        if times is None:
+            times = self.book.earliest_by_class(t, g)
+        done = times[:c] + d50 * slow[:c]
+        if len(done) == 0:
+            return None
+        k = int(np.argmin(done))
+        if not done[k] + self.pol.placement.wait_margin_s < done_base:
+            return None
+        found = self.book.earliest_start(t, g, max_class=k, times=times)
+        if found is None:
+            return None
+        start, ch = found
+        finish = start + d50 * slow[ch.placement_class]
+        note = (f"Waits for {CLS[ch.placement_class]}: predicted to finish in {hours(finish - self.now)}, "
+                f"earlier than {hours(done_base - self.now)} on {CLS[c]}.")
+        return start, ch, note
+
+    def _earliest(self, types: list[int], g: int, d50: float, slow: np.ndarray, *, better: bool
+                  ) -> tuple[float, int, GangChoice, str] | None:
+        found = None
+        for t in types:
+            times = self.book.earliest_by_class(t, g)
+            if np.isfinite(times[-1]) and (found is None or times[-1] < found[0]):
+                found = (float(times[-1]), t, times)
+        if found is None:
+            return None
+        _, t, times = found
+        res = self.book.earliest_start(t, g, times=times)
+        if res is None:
+            return None
+        start, ch = res
+        note = "Cannot start now; the GPUs free up (running jobs' p90) then."
+        c = ch.placement_class
+        if better and c > 0 and slow[c] > slow[0] + 1e-9:
+            later = self._better_later(t, g, c, d50, slow, start + d50 * slow[c], times)
+            if later is not None:
+                start, ch, note = later
+        return start, t, ch, note
+
+    def _reserve(self, i: int, t: int, ch: GangChoice, start: float, end: float, note: str) -> None:
+        lend = self.pol.reservation.backfill == "p90" and not self.strict
+        self.book.reserve(ch.gpus, start, end, lend=lend)
+        self.reserve_left -= 1
+        self.outcomes[i] = Outcome("reserve", note=note, type_code=t, gpus=ch.gpus,
+                                   placement_class=ch.placement_class, start_ts=start, end_ts=end)
+
+    def _may_try_preempt(self, i: int, g: int, m: int, types: list[int], ends: np.ndarray) -> bool:
+        """Cheap gate: preemption on, attempts left, tier allowed, and no failure that implies this one."""
+        pc = self.pol.preemption
+        if self.preempt_left <= 0:
+            return False
+        tier = int(self.ctx.tier_index[i])
+        if pc.scope == "tier_rules" and not self.preemptor_tiers[tier]:
+            return False
+        key = self._preempt_key(i, m)
+        prio = int(self.priority[i])
+        failed = self.preempt_fail.get(key, ())
+        return not any(g >= fg and prio <= fp and ends[0] >= fe for fg, fp, fe in failed)
+
+    def _preempt_key(self, i: int, m: int) -> tuple[int, int, int]:
+        scope = self.pol.preemption.scope
+        tier = int(self.ctx.tier_index[i]) if scope == "tier_rules" else -1
+        team = int(self.ctx.pending.team[i]) if scope == "kueue" else -1
+        return tier, team, m
+
+    def _should_preempt(self, i: int, wait_s: float, run_s: float) -> bool:
+        """Rule *preemption trigger*: the wait exceeds ``trigger_wait_s``, or the deadline would be
+        missed (not for a job already at risk: preempting cannot save it)."""
+        if wait_s > self.pol.preemption.trigger_wait_s:
+            return True
+        deadline = float(self.ctx.deadline[i])
+        return bool(math.isfinite(deadline) and not self.at_risk[i] and self.now + wait_s + run_s > deadline)
+
+    def _preempt(self, i: int, types: list[int], g: int, m: int, d90: float, slow: np.ndarray) -> bool:
+        ctx, r, pc = self.ctx, self.ctx.snapshot.running, self.pol.preemption
+        ran = self.now - r.start_ts
+        cand = (self.run_prio < self.priority[i]) & ~self.evicted
+        if pc.scope == "tier_rules":
+            cand &= self.may_preempt[ctx.tier_index[i]][ctx.running_tier_index]
+        elif pc.scope == "kueue":
+            team = int(ctx.pending.team[i])
+            borrowing = self.quota.borrowing_teams() if self.quota is not None else np.zeros(len(ctx.snapshot.teams), bool)
+            cand &= (r.team == team) | np.append(borrowing, False)[r.team]
+        young = cand & (ran < pc.min_runtime_s)
+        if young.any():
+            self.revisit = min(self.revisit, float((r.start_ts[young] + pc.min_runtime_s).min()))
+        cand &= ~young
+        ends = self.now + pc.grace_s + d90 * slow
+        if not cand.any():
+            self.preempt_fail.setdefault(self._preempt_key(i, m), []).append(
+                (g, int(self.priority[i]), float(ends[-1])))
+            return False
+        for t in types:
+            v = choose_victims(self.book, r, cand, self.lost_gpu_s, type_code=t, num_gpus=g, milli=m,
+                               end_by_class=ends)
+            if v is None:
+                continue
+            gpus, shares = milli_of(r, v.rows)
+            self.book.give_back(gpus, shares)
+            c = v.placement.placement_class
+            self.book.take(v.placement.gpus, m, float(ends[c]))
+            self.evicted[v.rows] = True
+            if self.quota is not None:
+                for row in v.rows.tolist():
+                    self.quota.remove(int(r.team[row]), r.num_gpus[row] * r.gpu_milli[row] / MILLI)
+                self.quota.add(int(ctx.pending.team[i]), g * m / MILLI)
+            self.preempt_left -= 1
+            self.fail.clear()
+            self.preempt_fail.clear()
+            self.outcomes[i] = Outcome("preempt", type_code=t, gpus=v.placement.gpus, placement_class=c,
+                                       start_ts=self.now + pc.grace_s, end_ts=float(ends[c]), victims=v.rows,
+                                       lost_gpu_s=v.work_lost_gpu_s)
+            return True
+        self.preempt_fail.setdefault(self._preempt_key(i, m), []).append((g, int(self.priority[i]), float(ends[-1])))
+        return False
+
+    def _never_note(self, i: int) -> str:
+        p, lay, sizing = self.ctx.pending, self.ctx.layout, self.ctx.sizing
+        g = int(p.num_gpus[i])
+        pools = lay.gpus_of_type()
+        if sizing.requested_missing[i] and p.requested_types is not None and not p.requested_types[i].all():
+            asked = [lay.gpu_types[k] for k in np.flatnonzero(p.requested_types[i])]
+            have = ", ".join(f"{int(pools[k])} x {lay.gpu_types[k]}" for k in np.flatnonzero(p.requested_types[i]))
+            return f"needs {g} GPUs of {'/'.join(asked) or 'an unknown type'}; the cluster has {have or 'none'}"
+        largest = int(pools.max()) if len(pools) else 0
+        return f"needs {g} GPUs of one type; the largest pool here has {largest}"
