@@ -273,20 +273,25 @@ def draw_families(rng: np.random.Generator, n_families: int, pop: Population, pr
     sw = np.array(list(profile.scale_out.values()), dtype=float)
     scale = np.where(tier == TIERS.index("debug"), 1.0, factors[rng.choice(len(factors), nf, p=sw / sw.sum())])
     fam.num_gpus = np.minimum(min_gang * scale, profile.max_gpus)
-    fam.zero_stage = _lowest_stage(fam, min_gang, stage[:, 0])
+    _settle_stage(fam, min_gang, stage[:, 0])
     return fam
 
 
-def _lowest_stage(f: Families, min_gpus: np.ndarray, stage_at_min: np.ndarray) -> np.ndarray:
-    """Lowest ZeRO stage that fits at the family's final gang (scale-out may allow a lower one)."""
+def _settle_stage(f: Families, min_gpus: np.ndarray, stage_at_min: np.ndarray) -> None:
+    """Lowest ZeRO stage that fits the family's final (scaled-out) gang, in place.
+
+    A scale-out that fits at no stage (multi-GPU jobs also hold NCCL buffers) is undone.
+    """
     caps = gpu_array("memory_mib")[f.gpu] * HEADROOM
-    out = np.where(f.num_gpus <= 1, 0, stage_at_min)
-    for s in (2, 0):
+    best = np.full(len(f), -1)
+    for s in (3, 2, 0):
         peak = peak_of(f.model, f.finetune, f.precision, f.optimizer, f.batch, f.seq, f.gpu, f.num_gpus,
                        np.full(len(f), s), f.checkpointing, f.flash, f.fragmentation, f.overhead_mib,
                        f.nccl_mib, f.lora_fraction)
-        out = np.where((f.num_gpus > 1) & (f.num_gpus > min_gpus) & (peak <= caps), np.minimum(out, s), out)
-    return out
+        best = np.where(peak <= caps, s, best)
+    undo = (best < 0) | (f.num_gpus <= min_gpus)
+    f.num_gpus = np.where(undo, min_gpus, f.num_gpus)
+    f.zero_stage = np.where(f.num_gpus <= 1, 0, np.where(undo, stage_at_min, best))
 
 
 @dataclass

@@ -10,7 +10,8 @@ Phases, each with its own random stream spawned from the seed (so the table is a
    intensity, the placement drawn and its slowdown;
 4. work, true duration and end events (:mod:`.outcomes`);
 5. time (:mod:`.arrivals`): trace span from the offered load, submit times, queue waits;
-6. censoring at the end of the trace, names (:mod:`.naming`), measurement noise, the table.
+6. censoring at the end of the trace (the last submission: jobs not ended by then are RUNNING or
+   PENDING, so no time in the table is later), names (:mod:`.naming`), measurement noise, the table.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def generate(n_jobs: int, seed: int = 0, *, cluster_gpus: int | None = None, tar
     span = max(span, 3600.0)
     submit = np.floor(arrivals.arrival_times(rng["arrivals"], fam_of_job, len(fam), recurring, float(start_ts), span))
     wait = arrivals.queue_waits(rng["waits"], runs.num_gpus, tier, submit, prof)
-    log_end = float(start_ts) + span
+    log_end = float(submit.max())  # the log ends at its last submission: no recorded time is later
 
     phase("table")
     start = submit + wait
