@@ -72,6 +72,9 @@ class JobRow(Base):
     start_ts: Mapped[float | None] = mapped_column(Double)
     end_ts: Mapped[float | None] = mapped_column(Double)
     last_checkpoint_ts: Mapped[float | None] = mapped_column(Double)
+    allocation: Mapped[list[Any] | None] = mapped_column(JsonDoc)  # [{"node", "gpu_indices"}] while running
+    attained_gpu_s: Mapped[float] = mapped_column(Double, default=0.0)  # GPU-seconds of earlier runs
+    outcome: Mapped[dict[str, Any] | None] = mapped_column(JsonDoc)  # measured labels reported at the end
     prediction: Mapped[dict[str, Any] | None] = mapped_column(JsonDoc)
     decision: Mapped[dict[str, Any] | None] = mapped_column(JsonDoc)
     priority: Mapped[int | None] = mapped_column(BigInteger)
@@ -123,6 +126,7 @@ class UsageChargeRow(Base):
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     team: Mapped[str] = mapped_column(String(255), index=True)
     job_id: Mapped[str] = mapped_column(ID)
+    gpus: Mapped[float] = mapped_column(Double)  # GPUs held, shares as fractions
     start_ts: Mapped[float] = mapped_column(Double)
     end_ts: Mapped[float] = mapped_column(Double)
     gpu_hours: Mapped[float] = mapped_column(Double)

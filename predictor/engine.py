@@ -1,0 +1,336 @@
+"""The engine: load a model (or the fallback), predict for incoming jobs, and decide with the rules layer.
+
+It holds what scoring reads and nothing it writes: the model slot (hot-reloaded from the registry),
+the finished-job history the features read, the fair-share ledger, the policy, the inventory, and a
+picture of the tracked queue (pending and running jobs as arrays). ``score`` puts candidate jobs into
+that picture as if they had just been submitted, runs ``predictor.policy.decide`` on it and returns a
+(Prediction, Decision) per job; nothing changes. The tracked queue (``predictor.store.tracked_queue``)
+persists and calls the same engine, so the HTTP service, ``predictor sync`` and tests share one path.
+
+Thread safety: every swap (model, policy, picture) is one reference assignment; a request reads each
+once. The history is updated under a lock held also while predicting.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from features.errors import InputError
+from features.history import HistoryStore
+from features.schema import conform
+from models.prediction import PREDICTION_COLUMNS, Prediction
+from predictor.capacity.inventory import Inventory, homogeneous_inventory
+from predictor.capacity.layout import MILLI, ClusterLayout
+from predictor.capacity.placement import find_gang
+from predictor.config import Settings
+from predictor.model_slot import FramePredictor, LoadedModel, ModelSlot
+from predictor.policy.config import PolicyConfig
+from predictor.policy.decision import Decision
+from predictor.policy.ledger import FairShareLedger, JobEvent
+from predictor.policy.plan import SchedulePlan
+from predictor.policy.presets import load_policy
+from predictor.policy.scheduler import decide
+from predictor.queue_picture import QueuePicture, pending_arrays
+
+__all__ = ["Engine", "Scored", "UsageCharge", "build_engine", "registry_model_slot", "parse_model_uri"]
+
+log = logging.getLogger(__name__)
+
+#: Inventory used when PREDICTOR_INVENTORY_FILE is not set: 64 x A100-80GB, 8 per node.
+DEFAULT_INVENTORY_GPUS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """One scored job."""
+
+    prediction: Prediction
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class UsageCharge:
+    """A finished run charged to a team's fair-share usage."""
+
+    team: str
+    job_id: str
+    gpus: float  # GPUs held, shares as fractions
+    start_ts: float
+    end_ts: float
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * (self.end_ts - self.start_ts) / 3600.0
+
+
+class Engine:
+    """Predictions plus decisions on the current picture of the cluster.
+
+    Parameters
+    ----------
+    model : ModelSlot
+        The model in use (or the fallback), hot-reloaded in the background.
+    policy : PolicyConfig
+        The scheduling policy.
+    inventory : Inventory
+        The cluster's nodes and GPUs.
+    """
+
+    def __init__(self, *, model: ModelSlot, policy: PolicyConfig, inventory: Inventory) -> None:
+        self.model = model
+        self.inventory = inventory
+        self.layout = ClusterLayout.of(inventory)
+        self._policy = policy
+        self._history_lock = threading.Lock()
+        self._finished: list[pd.DataFrame] = []  # tracked jobs that ended, to re-seed a new model's history
+        self._history_of: tuple[LoadedModel | None, HistoryStore] = (None, HistoryStore())
+        self._charges: dict[tuple[str, float], UsageCharge] = {}
+        self._ledger = FairShareLedger(policy.factors.fairshare.half_life_s)
+        self._picture = QueuePicture.empty(self.layout)
+
+    # ------------------------------------------------------------------ what scoring reads
+    @property
+    def policy(self) -> PolicyConfig:
+        return self._policy
+
+    def set_policy(self, policy: PolicyConfig) -> None:
+        """Put ``policy`` in force (the ledger is rebuilt if its half-life changed)."""
+        if policy.factors.fairshare.half_life_s != self._ledger.half_life_s:
+            ledger = FairShareLedger(policy.factors.fairshare.half_life_s)
+            for c in self._charges.values():
+                ledger.charge(c.team, c.gpus, c.start_ts, c.end_ts)
+            self._ledger = ledger
+        self._policy = policy
+
+    @property
+    def picture(self) -> QueuePicture:
+        """The tracked queue as scoring sees it."""
+        return self._picture
+
+    def set_picture(self, picture: QueuePicture) -> None:
+        self._picture = picture
+
+    def add_finished(self, records: Sequence[dict]) -> int:
+        """Add ended jobs (canonical records) to the history the features read; returns how many were new."""
+        if not records:
+            return 0
+        frame = conform(pd.DataFrame.from_records(list(records)))
+        with self._history_lock:
+            self._finished.append(frame)
+            _, history = self._current_history()
+            return history.add(frame)
+
+    def charge(self, charges: Iterable[UsageCharge]) -> int:
+        """Add finished runs to the fair-share ledger (each run once); returns how many were new."""
+        added = 0
+        for c in charges:
+            key = (c.job_id, c.start_ts)
+            if key in self._charges or c.end_ts < c.start_ts:
+                continue
+            self._charges[key] = c
+            self._ledger.charge(c.team, c.gpus, c.start_ts, c.end_ts)
+            added += 1
+        return added
+
+    def team_usage(self, now: float, picture: QueuePicture | None = None,
+                   extra: Sequence[UsageCharge] = ()) -> dict[str, float]:
+        """Decayed GPU-seconds per team: finished runs (plus ``extra`` ones not yet recorded) and the
+        running jobs' runs so far."""
+        usage = self._ledger.usage_at(now)
+        fresh = [c for c in extra if (c.job_id, c.start_ts) not in self._charges]
+        if fresh:
+            more = FairShareLedger(self._ledger.half_life_s)
+            for c in fresh:
+                more.charge(c.team, c.gpus, c.start_ts, c.end_ts)
+            for team, value in more.usage_at(now).items():
+                usage[team] = usage.get(team, 0.0) + value
+        pic = picture or self._picture
+        running = pic.running
+        if len(running):
+            open_runs = FairShareLedger(self._ledger.half_life_s)
+            for i in range(len(running)):
+                code = int(running.team[i])
+                if code < 0:
+                    continue
+                gpus = float(running.num_gpus[i]) * float(running.gpu_milli[i]) / MILLI
+                start = float(running.start_ts[i])
+                open_runs.record(JobEvent("start", str(running.job_id[i]), min(start, now), pic.vocab.teams.names[code],
+                                          gpus))
+            for team, value in open_runs.usage_at(now).items():
+                usage[team] = usage.get(team, 0.0) + value
+        return usage
+
+    # ------------------------------------------------------------------ predict
+    def _current_history(self) -> tuple[LoadedModel, HistoryStore]:
+        """The history matching the model in use (re-seeded when the model changed). Hold the lock."""
+        model = self.model.current
+        owner, history = self._history_of
+        if owner is None or owner.version != model.version:
+            base = getattr(model.predictor, "history", None)
+            history = copy.deepcopy(base) if isinstance(base, HistoryStore) else HistoryStore()
+            for frame in self._finished:
+                history.add(frame)
+            self._history_of = (model, history)
+        return model, history
+
+    def predict(self, jobs: pd.DataFrame, now: float) -> tuple[pd.DataFrame, LoadedModel]:
+        """Predictions (``PREDICTION_COLUMNS``, input order) and the model that made them.
+
+        If the model fails on this input, the fallback answers and says why in ``fallback_reason``.
+        """
+        with self._history_lock:
+            model, history = self._current_history()
+            try:
+                preds = model.predictor.predict_frame(jobs, history, now)
+            except InputError:
+                raise
+            except Exception as exc:
+                if model.fallback:
+                    raise
+                log.exception("model %s failed; answering with the fallback", model.version)
+                reason = f"model {model.version} failed on this input: {type(exc).__name__}: {exc}"[:300]
+                preds = self.model.fallback.predict_frame(jobs, history, now)
+                preds = preds.assign(fallback=True, fallback_reason=reason)
+                model = LoadedModel(self.model.fallback, "fallback", True, reason, model.loaded_at)
+        if model.fallback and model.fallback_reason:
+            preds = preds.assign(fallback=True, fallback_reason=preds["fallback_reason"].fillna(model.fallback_reason))
+        missing = [c for c in PREDICTION_COLUMNS if c not in preds.columns]
+        if missing:
+            raise RuntimeError(f"predictor {model.version} returned no {', '.join(missing)}")
+        if len(preds) != len(jobs):
+            raise RuntimeError(f"predictor {model.version} returned {len(preds)} rows for {len(jobs)} jobs")
+        return preds, model
+
+    # ------------------------------------------------------------------ decide
+    def plan(self, picture: QueuePicture, now: float, extra: Sequence[UsageCharge] = (), *,
+             policy: PolicyConfig | None = None) -> SchedulePlan:
+        """Run the rules layer on ``picture`` at ``now`` (``extra``: runs ended but not yet charged;
+        ``policy``: decide under this policy instead of the one in force)."""
+        return decide(picture.snapshot(now, self.team_usage(now, picture, extra)), policy or self._policy)
+
+    def score(self, jobs: pd.DataFrame, now: float) -> list[Scored]:
+        """Predict and decide for ``jobs`` as if they were submitted at ``now``; changes nothing.
+
+        Parameters
+        ----------
+        jobs : DataFrame of shape (n_jobs, n_columns)
+            Canonical job records (``features.schema.conform``d); ``job_id`` unique; ``num_gpus >= 1``.
+            A job with the id of a tracked pending job replaces it in the picture.
+        now : float
+            Epoch seconds.
+
+        Returns
+        -------
+        list of Scored
+            In input order. A batch is decided together, as if all its jobs arrived at once.
+        """
+        if jobs["job_id"].duplicated().any():
+            dup = jobs.loc[jobs["job_id"].duplicated(), "job_id"].iloc[0]
+            raise InputError(f"job_id {dup!r} appears twice in the batch")
+        preds, _ = self.predict(jobs, now)
+        picture = self._picture
+        vocab = picture.vocab.extended(jobs)
+        candidates = pending_arrays(jobs, preds, vocab, self.layout, now)
+        trial = picture.with_candidates(candidates, vocab)
+        plan = self.plan(trial, now)
+        rows = np.arange(len(trial.pending) - len(candidates), len(trial.pending))
+        decisions = decisions_for_rows(plan, rows, trial.pending.job_id)
+        records = preds.to_dict("records")
+        return [Scored(Prediction.from_row(r), d) for r, d in zip(records, decisions, strict=True)]
+
+    # ------------------------------------------------------------------ placement of started jobs
+    def place_started(self, picture: QueuePicture, num_gpus: int, gpu_milli: int,
+                      preferred: Sequence[tuple[str, Sequence[int]]] | None,
+                      gpu_type: str | None = None) -> list[tuple[str, list[int]]] | None:
+        """GPUs a job that just started holds: ``preferred`` (its decision's placement) when those are
+        free, else the best free gang; None when nothing fits (the job ran outside the known inventory).
+        """
+        lay = self.layout
+        free = picture.free_milli()
+        if preferred:
+            try:
+                gpus = np.array([lay.gpu_index(node, int(g)) for node, idx in preferred for g in idx], dtype=np.int64)
+            except KeyError:
+                gpus = np.zeros(0, dtype=np.int64)
+            if len(gpus) == num_gpus and (free[gpus] >= gpu_milli).all():
+                return [(node, list(idx)) for node, idx in lay.gpu_indices_by_node(gpus)]
+        usable = free >= gpu_milli
+        types = [lay.type_index(gpu_type)] if gpu_type and lay.type_index(gpu_type) >= 0 else range(lay.n_types)
+        for t in types:
+            choice = find_gang(lay, usable & lay.type_masks[t], num_gpus,
+                               free_milli=free if gpu_milli < MILLI else None)
+            if choice is not None:
+                return [(node, list(idx)) for node, idx in lay.gpu_indices_by_node(choice.gpus)]
+        return None
+
+
+def decisions_for_rows(plan: SchedulePlan, rows: np.ndarray, ids: np.ndarray) -> list[Decision]:
+    """The decisions of pending rows ``rows`` (job ids ``ids[rows]``) of a plan."""
+    made = {d.extra["pending_row"]: d for d in plan.decisions}
+    return [made[r] if r in made else plan.decision_for(str(ids[r])) for r in rows.tolist()]
+
+
+def parse_model_uri(uri: str) -> tuple[str, str | None, str | None]:
+    """``models:/name@alias`` -> (name, alias, None); ``models:/name/3`` -> (name, None, "3").
+
+    Raises
+    ------
+    InputError
+        Not a ``models:/`` URI of either form.
+    """
+    if not uri.startswith("models:/") or len(uri) <= len("models:/"):
+        raise InputError(f"PREDICTOR_MODEL_URI: expected models:/<name>@<alias> or models:/<name>/<version>, got {uri!r}")
+    rest = uri[len("models:/"):]
+    if "@" in rest:
+        name, alias = rest.split("@", 1)
+        if name and alias:
+            return name, alias, None
+    elif "/" in rest:
+        name, version = rest.rsplit("/", 1)
+        if name and version.isdigit():
+            return name, None, version
+    raise InputError(f"PREDICTOR_MODEL_URI: expected models:/<name>@<alias> or models:/<name>/<version>, got {uri!r}")
+
+
+def registry_model_slot(settings: Settings) -> ModelSlot:
+    """A model slot following ``settings.model_uri`` in the MLflow registry, with the analytic fallback."""
+    from models import fallback as fallback_models
+    from models import registry
+
+    name, alias, version = parse_model_uri(settings.model_uri)
+    tracking = settings.mlflow_tracking_uri
+
+    def resolve() -> str | None:
+        if version is not None:
+            return f"{name}/{version}"
+        found = registry.alias_version(name, alias, tracking_uri=tracking)
+        return None if found is None else f"{name}/{found}"
+
+    def load(model_version: str) -> FramePredictor:
+        return registry.load_predictor(f"models:/{model_version}", tracking_uri=tracking)
+
+    return ModelSlot(uri=settings.model_uri, resolve=resolve, load=load,
+                     fallback=fallback_models.FallbackPredictor(), poll_s=settings.model_poll_s)
+
+
+def build_engine(settings: Settings, *, model: ModelSlot | None = None) -> tuple[Engine, PolicyConfig]:
+    """The engine the settings describe, and the policy it starts with (the file's, or the default).
+
+    The model slot is not started (``engine.model.start()`` starts hot reload).
+    """
+    policy = load_policy(settings.policy_file)
+    if settings.inventory_file is not None:
+        from predictor.capacity.inventory_sources import load_inventory
+
+        inventory = load_inventory(settings.inventory_file)
+    else:
+        inventory = homogeneous_inventory(DEFAULT_INVENTORY_GPUS)
+    engine = Engine(model=model or registry_model_slot(settings), policy=policy, inventory=inventory)
+    return engine, policy

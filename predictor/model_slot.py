@@ -1,0 +1,165 @@
+"""The model in use, swapped atomically when the registry alias moves (hot reload).
+
+A :class:`ModelSlot` holds one :class:`LoadedModel` (a registered model version, or the fallback).
+A request reads ``slot.current`` once and uses that object to the end, so a swap in the middle of
+a request never mixes two models and never fails it. A background thread asks the registry every
+``poll_s`` seconds which version the alias points at; when it moved (or the slot is still on the
+fallback), the new version is loaded in that thread and swapped in with one reference assignment.
+If loading fails the current model stays (or the fallback, saying why).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pandas as pd
+
+__all__ = ["FramePredictor", "LoadedModel", "ModelSlot"]
+
+log = logging.getLogger(__name__)
+
+
+class FramePredictor(Protocol):
+    """What the engine needs from a model bundle (and from the fallback)."""
+
+    def predict_frame(self, jobs: pd.DataFrame, history: Any, now: float) -> pd.DataFrame: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """A predictor and what it is: ``version`` is ``job-predictor/<n>`` or ``fallback``."""
+
+    predictor: FramePredictor
+    version: str
+    fallback: bool
+    fallback_reason: str | None
+    loaded_at: float
+
+
+class ModelSlot:
+    """Holds the model in use and keeps it in step with the registry alias.
+
+    Parameters
+    ----------
+    uri : str
+        What is served, e.g. ``models:/job-predictor@champion`` (shown in status).
+    resolve : callable () -> str or None
+        The version the alias points at now (None: no such model or alias). May raise.
+    load : callable (version) -> FramePredictor
+        Loads that version. May raise; may take seconds.
+    fallback : FramePredictor
+        Answers whenever no model can be used.
+    poll_s : float
+        Seconds between two registry checks of the background thread.
+    on_change : callable (LoadedModel) -> None, optional
+        Called after every swap (metrics, history re-seeding).
+    """
+
+    def __init__(self, *, uri: str, resolve: Callable[[], str | None], load: Callable[[str], FramePredictor],
+                 fallback: FramePredictor, poll_s: float = 30.0,
+                 on_change: Callable[[LoadedModel], None] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.uri = uri
+        self._resolve = resolve
+        self._load = load
+        self._fallback = fallback
+        self.poll_s = poll_s
+        self._listeners: list[Callable[[LoadedModel], None]] = [on_change] if on_change else []
+        self._clock = clock
+        self._current = LoadedModel(fallback, "fallback", True, "model not loaded yet", clock())
+        self._check_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.first_check_done = threading.Event()
+        self.last_checked_at: float | None = None
+        self.last_error: str | None = None
+
+    @property
+    def current(self) -> LoadedModel:
+        """The model to use for one request (read it once per request)."""
+        return self._current
+
+    @property
+    def fallback(self) -> FramePredictor:
+        return self._fallback
+
+    def subscribe(self, listener: Callable[[LoadedModel], None]) -> None:
+        """Call ``listener`` after every swap (metrics, caches)."""
+        self._listeners.append(listener)
+
+    def check_once(self) -> bool:
+        """Ask the registry where the alias points; load and swap if it moved. Returns True on a swap."""
+        with self._check_lock:
+            try:
+                return self._check()
+            finally:
+                self.last_checked_at = self._clock()
+                self.first_check_done.set()
+
+    def _check(self) -> bool:
+        try:
+            version = self._resolve()
+        except Exception as exc:  # registry unreachable: keep what we have
+            self.last_error = f"cannot reach the model registry: {_one_line(exc)}"
+            log.warning("model check: %s", self.last_error)
+            self._fallback_reason(self.last_error)
+            return False
+        if version is None:
+            self.last_error = f"no model registered at {self.uri}"
+            self._fallback_reason(self.last_error)
+            return False
+        if not self._current.fallback and self._current.version == version:
+            self.last_error = None
+            return False
+        try:
+            predictor = self._load(version)
+        except Exception as exc:
+            self.last_error = f"loading {version} failed: {_one_line(exc)}"
+            log.error("model check: %s", self.last_error)
+            self._fallback_reason(self.last_error)
+            return False
+        self._swap(LoadedModel(predictor, version, False, None, self._clock()))
+        self.last_error = None
+        log.info("model %s loaded from %s", version, self.uri)
+        return True
+
+    def _fallback_reason(self, reason: str) -> None:
+        if self._current.fallback and self._current.fallback_reason != reason:
+            self._swap(LoadedModel(self._fallback, "fallback", True, reason, self._clock()))
+
+    def _swap(self, model: LoadedModel) -> None:
+        self._current = model  # one reference assignment: atomic for readers
+        for listener in self._listeners:
+            listener(model)
+
+    def start(self) -> None:
+        """Start the background thread (first check at once, then every ``poll_s`` seconds)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="model-reload", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.check_once()
+            except Exception:  # never let the reload thread die
+                log.exception("model check failed unexpectedly")
+            self._stop.wait(self.poll_s)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]

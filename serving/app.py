@@ -1,0 +1,57 @@
+"""The app factory: ``uvicorn --factory serving.app:create_app`` (what ``predictor serve`` runs).
+
+Settings come from the environment (``predictor.config``); the store is migrated, the policy,
+inventory and tracked queue loaded at start-up; the model loads in the background (the fallback
+answers until it is in, and says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from predictor.config import Settings, get_settings
+from serving.errors import install_error_handlers
+from serving.middleware import ObservabilityMiddleware
+from serving.routers import ROUTERS
+from serving.service import Service, build_service
+
+__all__ = ["create_app"]
+
+API_DESCRIPTION = """Scores GPU training jobs for a shared cluster: predicted duration (p10/p50/p90),
+peak GPU memory and placement slowdown, and a decision (priority with its factor breakdown, GPU flavor,
+placement or capacity reservation, preemption plan). Tracks a queue persistently and streams every
+change over the WebSocket `/v1/stream`. Authenticate with `Authorization: Bearer <token>`."""
+
+
+def create_app(settings: Settings | None = None, *, service: Service | None = None) -> FastAPI:
+    """Build the FastAPI app.
+
+    Parameters
+    ----------
+    settings : Settings, optional
+        Defaults to :func:`predictor.config.get_settings` (the environment).
+    service : Service, optional
+        A service built already (tests); otherwise built from ``settings`` at start-up.
+    """
+    settings = settings or (service.settings if service is not None else get_settings())
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        svc = service or build_service(settings)
+        app.state.service = svc
+        await svc.start()
+        try:
+            yield
+        finally:
+            await svc.stop()
+
+    app = FastAPI(title="GPU job predictor", version="1", description=API_DESCRIPTION, lifespan=lifespan,
+                  max_body_size=settings.max_body_bytes)
+    install_error_handlers(app)
+    for router in ROUTERS:
+        app.include_router(router)
+
+    app.add_middleware(ObservabilityMiddleware)
+    return app

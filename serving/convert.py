@@ -1,0 +1,47 @@
+"""Between API shapes and the engine's: job specs to a canonical frame, scored jobs to JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pandas as pd
+from fastapi.responses import Response
+
+from features.schema import conform
+from predictor.engine import Scored
+from predictor.model_slot import LoadedModel
+from predictor.store.codec import decision_doc, prediction_doc
+from serving.schemas.jobs import JobSpec
+
+__all__ = ["jobs_frame", "score_response", "JSONBytes"]
+
+
+def jobs_frame(specs: Sequence[JobSpec], now: float) -> pd.DataFrame:
+    """Canonical job records (``features.schema.conform``) for the specs, pending, submitted now unless given."""
+    records = []
+    for spec in specs:
+        rec = spec.model_dump(exclude_none=True)
+        rec.setdefault("submit_ts", now)
+        rec["state"] = "PENDING"
+        records.append(rec)
+    return conform(pd.DataFrame.from_records(records))
+
+
+class JSONBytes(Response):
+    """A response whose body is already JSON (built without a second validation pass)."""
+
+    media_type = "application/json"
+
+
+def score_response(scored: Sequence[Scored], model: LoadedModel, now: float) -> Response:
+    fallback = any(s.prediction.fallback for s in scored)
+    reasons = [s.prediction.fallback_reason for s in scored if s.prediction.fallback_reason]
+    body = {
+        "results": [{"job_id": s.prediction.job_id, "prediction": prediction_doc(s.prediction),
+                     "decision": decision_doc(s.decision)} for s in scored],
+        "model": {"version": model.version,
+                  "fallback": fallback, "fallback_reason": reasons[0] if reasons else model.fallback_reason},
+        "scored_at": now,
+    }
+    return JSONBytes(json.dumps(body, separators=(",", ":"), allow_nan=False).encode())

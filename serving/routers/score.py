@@ -1,0 +1,35 @@
+"""``POST /v1/score``: predictions and decisions for jobs, changing nothing."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, HTTPException, status
+from fastapi.responses import Response
+
+from serving.convert import jobs_frame, score_response
+from serving.deps import PrincipalDep, ServiceDep
+from serving.schemas.jobs import JobSpec
+from serving.schemas.score import ScoreRequest, ScoreResponse
+
+router = APIRouter(prefix="/v1", tags=["score"])
+
+
+@router.post("/score", response_model=ScoreResponse, summary="Score one job or a batch (no state change)",
+             responses={422: {"description": "invalid job fields (each error names its field)"}})
+async def score(body: ScoreRequest, service: ServiceDep, principal: PrincipalDep) -> Response:
+    """Predict duration, peak memory and placement slowdown, and decide priority, flavor, placement or
+    reservation for each job as if it were submitted now. A batch is decided together. Nothing is
+    stored; ``model.fallback`` says whether the analytic fallback answered."""
+    specs = [body] if isinstance(body, JobSpec) else body.jobs
+    if len(specs) > service.settings.max_batch:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [{
+            "loc": ["body", "jobs"], "type": "too_long",
+            "msg": f"at most {service.settings.max_batch} jobs per request (PREDICTOR_MAX_BATCH)"}])
+    now = time.time()
+    scored = service.engine.score(jobs_frame(specs, now), now)
+    service.metrics.count_decisions(((s.decision.tier, s.decision.action) for s in scored), source="score")
+    fallbacks = sum(s.prediction.fallback for s in scored)
+    if fallbacks:
+        service.metrics.fallback_predictions.inc(fallbacks)
+    return score_response(scored, service.engine.model.current, now)

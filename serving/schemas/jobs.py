@@ -1,0 +1,141 @@
+"""Job shapes: what a caller submits (``JobCreate``), changes (``JobUpdate``), reports
+(``JobEventCreate``), and what it gets back (``JobPublic``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from features.schema import FINETUNE_METHODS, PLACEMENT_CLASSES, PRECISIONS
+from serving.schemas.results import DecisionPublic, PredictionPublic
+
+__all__ = ["JobSpec", "JobCreate", "JobUpdate", "JobEventCreate", "JobPublic", "JobList", "EVENT_KINDS",
+           "JOB_ID_PATTERN"]
+
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]*$"
+EVENT_KINDS = ("started", "checkpointed", "finished", "failed", "preempted")
+
+Name = Annotated[str, Field(min_length=1, max_length=255)]
+NonNeg = Annotated[float, Field(ge=0)]
+Positive = Annotated[float, Field(gt=0)]
+Timestamp = Annotated[float, Field(ge=0, le=1e11, description="epoch seconds UTC")]
+Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
+Finetune = Literal[FINETUNE_METHODS]  # type: ignore[valid-type]
+PlacementClass = Literal[PLACEMENT_CLASSES]  # type: ignore[valid-type]
+
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, str_strip_whitespace=True)
+
+
+class JobRequestFields(BaseModel):
+    """What a job asks for and what is known about its workload (the canonical record's request part)."""
+
+    model_config = _STRICT
+
+    user: Name | None = None
+    team: Name | None = None
+    queue: Name | None = None
+    tier: Name | None = Field(default=None, description="priority tier / QoS; the policy's default when absent")
+    num_gpus: Annotated[int, Field(ge=1, le=100_000, description="GPUs (a gang: all at once)")] = 1
+    gpu_milli: Annotated[float, Field(ge=1, le=1000)] | None = None
+    gpu_type: Name | None = None
+    num_nodes: Annotated[float, Field(ge=1, le=100_000)] | None = None
+    cpus: NonNeg | None = None
+    mem_mib: NonNeg | None = None
+    time_limit_s: Positive | None = None
+    deadline_ts: Timestamp | None = None
+    checkpoint_interval_s: Positive | None = None
+    job_name: Annotated[str, Field(max_length=1024)] | None = None
+    model_params: NonNeg | None = None
+    precision: Precision | None = None
+    optimizer: Name | None = None
+    finetune_method: Finetune | None = None
+    batch_size: NonNeg | None = None
+    seq_len: NonNeg | None = None
+
+
+class JobSpec(JobRequestFields):
+    """A job to score or submit. ``submit_ts`` defaults to the time the request arrives."""
+
+    job_id: Annotated[str, Field(min_length=1, max_length=255, pattern=JOB_ID_PATTERN)]
+    submit_ts: Timestamp | None = None
+
+
+class JobCreate(JobSpec):
+    """A job to add to the tracked queue (idempotent by ``job_id``)."""
+
+
+class JobUpdate(BaseModel):
+    """Fields of a pending job that may change; absent fields stay as they are."""
+
+    model_config = _STRICT
+
+    queue: Name | None = None
+    tier: Name | None = None
+    num_gpus: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    gpu_milli: Annotated[float, Field(ge=1, le=1000)] | None = None
+    gpu_type: Name | None = None
+    num_nodes: Annotated[float, Field(ge=1, le=100_000)] | None = None
+    cpus: NonNeg | None = None
+    mem_mib: NonNeg | None = None
+    time_limit_s: Positive | None = None
+    deadline_ts: Timestamp | None = None
+    checkpoint_interval_s: Positive | None = None
+    batch_size: NonNeg | None = None
+    seq_len: NonNeg | None = None
+
+
+class GpusAllocated(BaseModel):
+    """GPUs a job holds on one node (local GPU indices, as ``nvidia-smi`` numbers them)."""
+
+    model_config = _STRICT
+
+    node: Name
+    gpu_indices: list[Annotated[int, Field(ge=0, le=1023)]] = Field(min_length=1, max_length=1024)
+
+
+class JobEventCreate(BaseModel):
+    """Something that happened to a tracked job.
+
+    ``started`` (pending -> running), ``checkpointed`` (running), ``finished`` (running -> ended,
+    state COMPLETED unless given), ``failed`` (pending/running -> ended, state FAILED unless given),
+    ``preempted`` (running -> pending again; the run so far is charged to the team).
+    """
+
+    model_config = _STRICT
+
+    kind: Literal[EVENT_KINDS]  # type: ignore[valid-type]
+    ts: Timestamp | None = Field(default=None, description="when it happened; defaults to now")
+    state: Literal["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"] | None = None
+    peak_vram_mib: NonNeg | None = None
+    placement_class: PlacementClass | None = None
+    gpu_type: Name | None = None
+    nodes: list[GpusAllocated] | None = Field(default=None, description=(
+        "started: the GPUs the job got; default: its decision's placement if free, else the best free gang"))
+
+
+class JobPublic(BaseModel):
+    """A tracked job as the API shows it."""
+
+    job_id: str
+    team: str | None
+    user: str | None
+    queue: str | None
+    tier: str | None
+    status: Literal["pending", "running", "ended", "cancelled"]
+    state: str
+    submit_ts: float
+    start_ts: float | None
+    end_ts: float | None
+    last_checkpoint_ts: float | None
+    request: dict[str, Any] = Field(description="the submitted fields")
+    prediction: PredictionPublic | None
+    decision: DecisionPublic | None
+    created_by: str
+    created_at: float
+    updated_at: float
+    revision: int
+
+
+class JobList(BaseModel):
+    jobs: list[JobPublic]

@@ -1,0 +1,119 @@
+"""Everything one service process holds, built once at start-up from the settings."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+from features.errors import InputError
+from predictor.config import Settings, load_tokens
+from predictor.engine import Engine, build_engine
+from predictor.model_slot import LoadedModel, ModelSlot
+from predictor.store import Database
+from predictor.store.jobs import status_counts
+from predictor.store.tracked_queue import TrackedQueue
+from serving.auth import TokenRegistry
+from serving.metrics import ServiceMetrics
+from serving.schemas.results import ModelStatusPublic
+from serving.stream import StreamHub
+
+__all__ = ["Service", "build_service"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two background re-plans (reservations start, priorities age).
+REPLAN_INTERVAL_S = 30.0
+
+
+@dataclass
+class Service:
+    """The service's parts: store, engine, tracked queue, stream hub, metrics and tokens."""
+
+    settings: Settings
+    db: Database
+    engine: Engine
+    queue: TrackedQueue
+    hub: StreamHub
+    metrics: ServiceMetrics
+    tokens: TokenRegistry
+    started_at: float = field(default_factory=time.time)
+    _tasks: list[asyncio.Task] = field(default_factory=list)
+
+    def model_status(self) -> ModelStatusPublic:
+        slot = self.engine.model
+        m = slot.current
+        return ModelStatusPublic(uri=slot.uri, version=m.version, fallback=m.fallback,
+                                 fallback_reason=m.fallback_reason, loaded_at=None if m.fallback else m.loaded_at,
+                                 last_checked_at=slot.last_checked_at, last_error=slot.last_error)
+
+    def model_headers(self) -> list[tuple[bytes, bytes]]:
+        m = self.engine.model.current
+        return [(b"x-model-version", m.version.encode()), (b"x-model-fallback", b"true" if m.fallback else b"false")]
+
+    def refresh_gauges(self) -> None:
+        self.metrics.stream_clients.set(self.hub.client_count)
+        self.metrics.stream_last_seq.set(self.hub.last_seq)
+
+    def queue_counts(self) -> dict[str, int]:
+        with self.db.session() as s:
+            counts = status_counts(s)
+        return {status: counts.get(status, 0) for status in ("pending", "running", "ended", "cancelled")}
+
+    def on_model_change(self, model: LoadedModel) -> None:
+        self.metrics.set_model(model.version, model.fallback)
+        self.metrics.model_reloads.labels(outcome="fallback" if model.fallback else "loaded").inc()
+
+    async def start(self) -> None:
+        """Start the model reload thread, the stream follower and the periodic re-plan."""
+        self.metrics.set_model(self.engine.model.current.version, True)
+        self.engine.model.start()
+        await self.hub.start()
+        self._tasks.append(asyncio.create_task(self._replan_forever(), name="replan"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.hub.stop()
+        self.engine.model.stop()
+        self.db.dispose()
+
+    async def _replan_forever(self) -> None:
+        while True:
+            await asyncio.sleep(REPLAN_INTERVAL_S)
+            try:
+                await asyncio.to_thread(self.queue.tick)
+            except Exception:  # keep re-planning; the next request re-plans anyway
+                log.exception("periodic re-plan failed")
+
+
+def build_service(settings: Settings, *, model: ModelSlot | None = None) -> Service:
+    """Connect, migrate, load the policy, inventory and queue; the model loads in the background.
+
+    Raises
+    ------
+    InputError
+        No API token is configured, or a setting, the policy or the inventory is invalid.
+    """
+    tokens = TokenRegistry(load_tokens(settings))
+    if len(tokens) == 0:
+        raise InputError("no API tokens configured: set PREDICTOR_TOKENS_FILE (or PREDICTOR_TOKENS); "
+                         "see docs/readme/serving.md for the format")
+    db = Database(settings.database_url)
+    if settings.migrate_on_start:
+        db.upgrade()
+    engine, policy = build_engine(settings, model=model)
+    queue = TrackedQueue(db, engine, outbox_targets=settings.outbox_targets)
+    queue.load(policy)
+    service: Service
+    metrics = ServiceMetrics(queue_counts=lambda: service.queue_counts())
+    hub = StreamHub(db, poll_s=settings.stream_poll_s, buffer=settings.stream_buffer, on_events=queue.catch_up)
+    service = Service(settings=settings, db=db, engine=engine, queue=queue, hub=hub, metrics=metrics, tokens=tokens)
+    queue.on_commit = hub.notify
+    engine.model.subscribe(service.on_model_change)
+    return service

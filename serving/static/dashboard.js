@@ -1,0 +1,245 @@
+// Live dashboard: loads the queue, reservations, teams and model over the API, then applies every
+// change from the WebSocket stream (/v1/stream) as it arrives. No build step, no dependencies.
+"use strict";
+
+const FACTOR_COLORS = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#dc2626", "#0891b2", "#65a30d", "#db2777"];
+const state = { token: null, jobs: new Map(), reservations: new Map(), teams: [], model: null,
+  lastSeq: 0, ws: null, retryMs: 500, factorNames: [], teamsTimer: null };
+
+const $ = (sel) => document.querySelector(sel);
+const el = (tag, attrs = {}, ...children) => {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v; else if (k === "style") node.style.cssText = v; else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+};
+
+function fmtDuration(s) {
+  if (s === null || s === undefined || !isFinite(s)) return "?";
+  if (s < 90) return `${Math.round(s)}s`;
+  if (s < 5400) return `${Math.round(s / 60)}m`;
+  if (s < 172800) return `${(s / 3600).toFixed(1)}h`;
+  return `${(s / 86400).toFixed(1)}d`;
+}
+const fmtMiB = (m) => (m === null || m === undefined) ? "-" : (m >= 1024 ? `${(m / 1024).toFixed(1)} GiB` : `${Math.round(m)} MiB`);
+const fmtTime = (ts) => new Date(ts * 1000).toLocaleTimeString();
+
+async function api(path, options = {}) {
+  const resp = await fetch(path, { ...options, headers: { ...(options.headers || {}), Authorization: `Bearer ${state.token}` } });
+  if (resp.status === 401) { showLogin("token rejected"); throw new Error("unauthorized"); }
+  if (!resp.ok) throw new Error(`${path}: HTTP ${resp.status}`);
+  return resp.json();
+}
+
+function showLogin(message) {
+  sessionStorage.removeItem("predictor-token");
+  state.token = null;
+  $("#main").hidden = true;
+  $("#login").hidden = false;
+  $("#login-error").textContent = message || "";
+}
+
+// ---- rendering ---------------------------------------------------------------------------
+function factorColor(name) {
+  let i = state.factorNames.indexOf(name);
+  if (i < 0) { state.factorNames.push(name); i = state.factorNames.length - 1; renderLegend(); }
+  return FACTOR_COLORS[i % FACTOR_COLORS.length];
+}
+
+function renderLegend() {
+  const legend = $("#legend");
+  legend.replaceChildren(...state.factorNames.map((n) => el("span", {}, el("i", { style: `background:${factorColor(n)}` }), n)));
+}
+
+function scoreBar(decision) {
+  const bar = el("div", { class: "stack" });
+  if (!decision) return bar;
+  const total = decision.factors.reduce((a, f) => a + Math.max(f.weight || 0, 0), 0) || 1;
+  for (const f of decision.factors) {
+    const w = Math.max(f.contribution || 0, 0) / total * 100;
+    const part = el("span", { style: `width:${w}%;background:${factorColor(f.name)}` });
+    part.title = `${f.name}: value ${(f.value ?? 0).toFixed(3)} x weight ${f.weight} = ${(f.contribution ?? 0).toFixed(3)}${f.detail ? " (" + f.detail + ")" : ""}`;
+    bar.append(part);
+  }
+  bar.title = decision.factors.map((f) => `${f.name} ${(f.contribution ?? 0).toFixed(2)}`).join(", ");
+  return bar;
+}
+
+function intervalBar(pred, maxS) {
+  const wrap = el("div");
+  if (!pred) return wrap;
+  const d = pred.duration;
+  const scale = (s) => Math.max(0, Math.min(100, Math.log1p(s) / Math.log1p(maxS) * 100));
+  const box = el("div", { class: "interval" },
+    el("div", { class: "range", style: `left:${scale(d.p10_s)}%;width:${Math.max(scale(d.p90_s) - scale(d.p10_s), 1)}%` }),
+    el("div", { class: "p50", style: `left:${scale(d.p50_s)}%` }));
+  box.title = `p10 ${fmtDuration(d.p10_s)}, p50 ${fmtDuration(d.p50_s)}, p90 ${fmtDuration(d.p90_s)}`;
+  wrap.append(box, el("div", { class: "interval-label" }, `${fmtDuration(d.p10_s)} - ${fmtDuration(d.p50_s)} - ${fmtDuration(d.p90_s)}`));
+  return wrap;
+}
+
+function queueOrder() {
+  const live = [...state.jobs.values()].filter((j) => j.status === "pending" || j.status === "running");
+  const pending = live.filter((j) => j.status === "pending")
+    .sort((a, b) => (b.decision?.priority ?? -1) - (a.decision?.priority ?? -1) || a.submit_ts - b.submit_ts || (a.job_id < b.job_id ? -1 : 1));
+  const running = live.filter((j) => j.status === "running").sort((a, b) => (a.start_ts ?? 0) - (b.start_ts ?? 0));
+  return [...pending, ...running];
+}
+
+function renderQueue(highlight) {
+  const rows = queueOrder();
+  const maxS = Math.max(3600, ...rows.map((j) => j.prediction?.duration?.p90_s || 0));
+  const body = $("#queue tbody");
+  body.replaceChildren(...rows.map((j, i) => {
+    const d = j.decision, p = j.prediction;
+    const tr = el("tr", { "data-job-id": j.job_id, class: highlight === j.job_id ? "new" : "" },
+      el("td", { class: "num" }, j.status === "pending" ? i + 1 : "-"),
+      el("td", {}, j.job_id),
+      el("td", {}, j.team ?? "-"),
+      el("td", {}, d?.tier ?? j.tier ?? "-"),
+      el("td", {}, j.status),
+      el("td", { class: "num" }, `${j.request.num_gpus ?? "-"}${d?.flavor ? " x " + d.flavor : ""}`),
+      el("td", { class: "num priority" }, d ? d.priority : "-"),
+      el("td", { class: "wide" }, scoreBar(d)),
+      el("td", { class: "wide" }, intervalBar(p, maxS)),
+      el("td", { class: "num" }, p ? `${fmtMiB(p.peak_vram_mib)} (<= ${fmtMiB(p.peak_vram_upper_mib)})` : "-"),
+      el("td", {}, d ? el("span", { class: `action ${d.action}`, title: d.reason }, d.action) : "-"));
+    return tr;
+  }));
+  $("#queue-count").textContent = `${rows.filter((j) => j.status === "pending").length} pending, ${rows.filter((j) => j.status === "running").length} running`;
+}
+
+function renderTimeline() {
+  const svg = $("#timeline");
+  const res = [...state.reservations.values()].sort((a, b) => a.start_ts - b.start_ts);
+  $("#no-reservations").hidden = res.length > 0;
+  svg.style.display = res.length ? "block" : "none";
+  if (!res.length) return;
+  const now = Date.now() / 1000;
+  const t0 = Math.min(now, ...res.map((r) => r.start_ts));
+  const t1 = Math.max(...res.map((r) => Math.max(r.expires_ts, r.predicted_end_ts))) + 60;
+  const width = svg.clientWidth || 800, left = 150, rowH = 22, top = 18;
+  const x = (t) => left + (t - t0) / (t1 - t0) * (width - left - 10);
+  svg.setAttribute("height", top + rowH * res.length + 8);
+  svg.style.height = `${top + rowH * res.length + 8}px`;
+  const ns = "http://www.w3.org/2000/svg";
+  const s = (tag, attrs, text) => { const n = document.createElementNS(ns, tag); for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, v); if (text !== undefined) n.textContent = text; return n; };
+  const parts = [s("line", { class: "axis", x1: left, x2: width - 10, y1: top - 4, y2: top - 4 }),
+    s("text", { x: left, y: 11 }, fmtTime(t0)), s("text", { x: width - 70, y: 11 }, fmtTime(t1)),
+    s("line", { class: "now", x1: x(now), x2: x(now), y1: top - 8, y2: top + rowH * res.length })];
+  res.forEach((r, i) => {
+    const y = top + i * rowH;
+    parts.push(s("text", { x: 4, y: y + 14 }, `${r.job_id} (${r.num_gpus} x ${r.gpu_type})`));
+    const bar = s("rect", { x: x(r.start_ts), y: y + 3, width: Math.max(x(r.predicted_end_ts) - x(r.start_ts), 2), height: 14, rx: 3, fill: "#60a5fa" });
+    bar.append(s("title", {}, `${r.job_id}: starts ${fmtTime(r.start_ts)}, predicted end ${fmtTime(r.predicted_end_ts)}, held until ${fmtTime(r.expires_ts)}`));
+    parts.push(bar, s("line", { x1: x(r.expires_ts), x2: x(r.expires_ts), y1: y + 2, y2: y + 18, stroke: "#1e3a8a" }));
+  });
+  svg.replaceChildren(...parts);
+}
+
+function renderTeams() {
+  const total = state.teams.reduce((a, t) => a + t.usage_gpu_hours, 0) || 1;
+  const shares = state.teams.reduce((a, t) => a + t.share, 0) || 1;
+  $("#teams tbody").replaceChildren(...state.teams.map((t) => el("tr", { "data-team": t.team },
+    el("td", {}, t.team), el("td", { class: "num" }, t.share),
+    el("td", { class: "num" }, t.usage_gpu_hours.toFixed(2)),
+    el("td", { class: "wide" }, el("div", { class: "share", title: `uses ${(100 * t.usage_gpu_hours / total).toFixed(1)}% of usage, entitled to ${(100 * t.share / shares).toFixed(1)}%` },
+      el("div", { class: "used", style: `width:${100 * t.usage_gpu_hours / total}%` }),
+      el("div", { class: "entitled", style: `left:${100 * t.share / shares}%` }))),
+    el("td", { class: "num" }, t.factor.toFixed(3)),
+    el("td", { class: "num" }, t.running_gpus), el("td", { class: "num" }, t.pending_jobs))));
+}
+
+function renderModel() {
+  const m = state.model;
+  const badge = $("#model");
+  if (!m) return;
+  badge.textContent = m.fallback ? "model: fallback" : `model: ${m.version}`;
+  badge.className = `badge ${m.fallback ? "fallback" : "on"}`;
+  badge.title = m.fallback ? `fallback: ${m.fallback_reason}` : `${m.uri} loaded ${m.loaded_at ? fmtTime(m.loaded_at) : ""}`;
+  const note = $("#fallback-note");
+  note.hidden = !m.fallback;
+  note.textContent = m.fallback ? `Scoring with the rules-only fallback: ${m.fallback_reason}` : "";
+}
+
+// ---- data ----------------------------------------------------------------------------------
+async function loadAll() {
+  const [queue, reservations, teams, model] = await Promise.all([
+    api("/v1/queue"), api("/v1/reservations"), api("/v1/teams"), api("/v1/models")]);
+  state.jobs = new Map(queue.jobs.map((j) => [j.job_id, j]));
+  state.reservations = new Map(reservations.reservations.map((r) => [r.job_id, r]));
+  state.teams = teams.teams;
+  state.model = model;
+  state.lastSeq = Math.max(state.lastSeq, queue.last_seq);
+  renderQueue(); renderTimeline(); renderTeams(); renderModel();
+  $("#seq").textContent = `seq ${state.lastSeq}`;
+}
+
+function refreshTeamsSoon() {
+  clearTimeout(state.teamsTimer);
+  state.teamsTimer = setTimeout(async () => { state.teams = (await api("/v1/teams")).teams; renderTeams(); }, 300);
+}
+
+function applyEvent(ev) {
+  if (ev.seq <= state.lastSeq) return;
+  state.lastSeq = ev.seq;
+  $("#seq").textContent = `seq ${ev.seq}`;
+  const data = ev.data || {};
+  if (ev.kind.startsWith("job.")) {
+    const isNew = !state.jobs.has(data.job.job_id);
+    state.jobs.set(data.job.job_id, data.job);
+    renderQueue(isNew ? data.job.job_id : null);
+    refreshTeamsSoon();
+  } else if (ev.kind === "decision") {
+    const job = state.jobs.get(ev.job_id);
+    if (job) { job.decision = data.decision; renderQueue(); }
+  } else if (ev.kind === "reservation.created" || ev.kind === "reservation.updated") {
+    state.reservations.set(ev.job_id, data.reservation); renderTimeline();
+  } else if (ev.kind === "reservation.released") {
+    state.reservations.delete(ev.job_id); renderTimeline();
+  } else if (ev.kind === "policy.updated") {
+    refreshTeamsSoon();
+  }
+}
+
+function connect() {
+  const proto = location.protocol === "https:" ? "wss" : "ws";
+  const ws = new WebSocket(`${proto}://${location.host}/v1/stream?since=${state.lastSeq}`, [`bearer.${state.token}`]);
+  state.ws = ws;
+  ws.onopen = () => { $("#conn").textContent = "live"; $("#conn").className = "badge on"; state.retryMs = 500; };
+  ws.onmessage = (msg) => {
+    const ev = JSON.parse(msg.data);
+    if (ev.kind === "stream.hello") return;
+    applyEvent(ev);
+  };
+  ws.onclose = (e) => {
+    $("#conn").textContent = e.code === 4429 ? "catching up" : "offline";
+    $("#conn").className = "badge off";
+    if (e.code === 1008) { showLogin("token rejected by the stream"); return; }
+    setTimeout(connect, state.retryMs);  // resume from lastSeq: nothing is missed
+    state.retryMs = Math.min(state.retryMs * 2, 10000);
+  };
+}
+
+async function start() {
+  $("#login").hidden = true;
+  $("#main").hidden = false;
+  try { await loadAll(); } catch (e) { if (state.token) $("#conn").textContent = "error"; console.error(e); return; }
+  connect();
+  setInterval(() => api("/v1/models").then((m) => { state.model = m; renderModel(); }).catch(() => {}), 30000);
+}
+
+window.addEventListener("DOMContentLoaded", () => {
+  const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (fromHash) { sessionStorage.setItem("predictor-token", fromHash); history.replaceState(null, "", location.pathname); }
+  state.token = sessionStorage.getItem("predictor-token");
+  $("#login").addEventListener("submit", (e) => {
+    e.preventDefault();
+    state.token = $("#token-input").value.trim();
+    sessionStorage.setItem("predictor-token", state.token);
+    start();
+  });
+  if (state.token) start(); else showLogin();
+});
