@@ -17,11 +17,13 @@ Run this file directly to start a cluster by hand and print the environment to u
 
 from __future__ import annotations
 
+import ctypes
 import os
 import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -39,6 +41,8 @@ CLUSTER_NAME = "predtest"
 ACCOUNTS = ("vision", "nlp", "research")
 #: Fake GPUs declared on the node (count-only GRES, no device files).
 NODE_GPUS = 4
+#: Their GRES type (Slurm's name for an "NVIDIA A10" in this project's node agent).
+GPU_TYPE = "a10"
 
 
 def _binary(name: str) -> str | None:
@@ -75,6 +79,13 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: have the kernel SIGTERM it when this process dies, even by SIGKILL,
+    so a killed test session leaves no daemons behind."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _mariadb(sql: str) -> None:
@@ -170,6 +181,29 @@ class SlurmCluster:
         """Set the partition UP or DOWN (DOWN keeps submitted jobs pending yet re-prioritisable)."""
         self.run("scontrol", "update", f"partitionname={partition}", f"state={state}")
 
+    def replace_config(self, lines: list[str]) -> None:
+        """Set ``Key=Value`` lines in slurm.conf (replacing the same keys) and ``scontrol reconfigure``.
+
+        Reconfiguring sets every partition back to its configured state (UP).
+        """
+        settings = [ln.split("#", 1)[0].strip() for ln in lines]
+        keys = {ln.split("=", 1)[0].lower() for ln in settings if "=" in ln}
+        kept = [ln for ln in self.conf.read_text().splitlines() if ln.split("=", 1)[0].strip().lower() not in keys]
+        self.conf.write_text("\n".join(kept + lines) + "\n")
+        self.run("scontrol", "reconfigure")
+
+    def gres_report(self, gres_conf: str) -> subprocess.CompletedProcess:
+        """What ``slurmd -G`` (parse and print the node's GRES configuration, then exit) makes of
+        ``gres_conf``; the running slurmd keeps its configuration."""
+        path = self.root / "etc" / "gres.conf"
+        original = path.read_text()
+        path.write_text(gres_conf)
+        try:
+            return subprocess.run(["slurmd", "-G", "-N", "localhost", "-f", str(self.conf)], env=self.env,
+                                  capture_output=True, text=True, timeout=30)
+        finally:
+            path.write_text(original)
+
     def logs(self, tail: int = 15) -> str:
         """The last lines of every daemon log (for failure messages)."""
         parts = []
@@ -183,7 +217,7 @@ class SlurmCluster:
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.root / "log" / f"{name}.stdout", "ab")  # noqa: SIM115 - owned by the child
         self._procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                             start_new_session=True)
+                                             start_new_session=True, preexec_fn=_die_with_parent)
         log.close()
 
     def _start_munged(self) -> None:
@@ -214,11 +248,12 @@ class SlurmCluster:
             f"PidFile={r}/run/slurmdbd.pid\nDebugLevel=info\n"
         )
         dbd.chmod(0o600)
-        # Slurm drops file-less GPUs; empty regular files stand in for /dev/nvidia0..N-1.
+        # Slurm drops file-less GPUs and wants character devices: copies of /dev/null (1:3) stand in
+        # for /dev/nvidia0..N-1.
         (r / "dev").mkdir(exist_ok=True)
         for i in range(NODE_GPUS):
-            (r / "dev" / f"nvidia{i}").touch()
-        (r / "etc" / "gres.conf").write_text(f"Name=gpu File={r}/dev/nvidia[0-{NODE_GPUS - 1}]\n")
+            os.mknod(r / "dev" / f"nvidia{i}", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        (r / "etc" / "gres.conf").write_text(f"Name=gpu Type={GPU_TYPE} File={r}/dev/nvidia[0-{NODE_GPUS - 1}]\n")
         self.conf.write_text(
             auth + f"""ClusterName={CLUSTER_NAME}
 SlurmctldHost=localhost(127.0.0.1)
@@ -266,7 +301,7 @@ JobAcctGatherType=jobacct_gather/none
 InactiveLimit=0
 KillWait=5
 MinJobAge=300
-NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.memory_mib} Gres=gpu:{NODE_GPUS} State=UNKNOWN
+NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.memory_mib} Gres=gpu:{GPU_TYPE}:{NODE_GPUS} State=UNKNOWN
 PartitionName=gpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 """
         )
@@ -295,13 +330,18 @@ PartitionName=gpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubs
         raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{self.logs()}")
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[SlurmCluster]:
-    """A real single-node Slurm for the whole session; skips (fails in CI) naming what is missing."""
-    from conftest import require  # tests/conftest.py; tests/ is on sys.path under pytest
+def _require(config: pytest.Config, condition: bool, what: str) -> None:
+    """tests/conftest.py's ``require`` (skip locally, fail in CI), taken from pytest's own registry
+    so it is that file's module and not another folder's ``conftest``."""
+    root_conftest = config.pluginmanager.get_plugin(str(Path(__file__).resolve().parents[1] / "conftest.py"))
+    root_conftest.require(condition, what)
 
+
+@pytest.fixture(scope="session")
+def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
+    """A real single-node Slurm for the whole session; skips (fails in CI) naming what is missing."""
     missing = missing_requirements()
-    require(not missing, "real Slurm cluster: " + "; ".join(missing))
+    _require(request.config, not missing, "real Slurm cluster: " + "; ".join(missing))
     cluster = SlurmCluster(root=Path(tempfile.mkdtemp(prefix="slurm-test-")))
     try:
         cluster.start()
