@@ -215,7 +215,7 @@ def parse_reservations(text: str) -> dict[str, SlurmReservation]:
         if "ReservationName" not in fields:
             continue
 
-        def value(key: str) -> str:
+        def value(key: str, fields: dict[str, str] = fields) -> str:
             v = fields.get(key, "")
             return "" if v == "(null)" else v
 

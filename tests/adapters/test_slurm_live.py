@@ -7,8 +7,8 @@ import dataclasses
 import time
 
 import pytest
-
 from integration.slurm_cluster import NODE_GPUS, SlurmCluster, slurm_cluster  # noqa: F401 - fixture
+
 from predictor.adapters.cluster_policy import ClusterPolicy, TeamSpec, TierSpec
 from predictor.adapters.retry import RetryExhausted, RetryPolicy
 from predictor.adapters.slurm import SlurmAdapter, SlurmOptions
