@@ -19,6 +19,7 @@ whole run succeeded: a failed run leaves nothing half-written (an older ``out`` 
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 import time
@@ -143,7 +144,7 @@ def ingest(
     tmp.mkdir()
     try:
         state = _RunState(log_end)
-        jobs_sink = ParquetSink(tmp / "jobs", conform(empty_jobs()))
+        jobs_sink = ParquetSink(tmp / "jobs", _empty_template(False).copy())
         rejects_sink = ParquetSink(tmp / "rejects", _empty_rejects())
         with _progress_bar(progress and total_bytes >= PROGRESS_MIN_BYTES, total_bytes, format) as advance:
             for chunk in reader.read(paths, chunk_rows):
@@ -240,7 +241,7 @@ class _RunState:
     def finish(self) -> pd.DataFrame:
         """The held-back running rows, with their observed durations now that the log end is known."""
         if not self.held:
-            return conform(empty_jobs())
+            return _empty_template(False).copy()
         held = pd.concat(self.held, ignore_index=True)
         self.last_time = max(self.last_time, float(np.nanmax(held[["submit_ts", "start_ts"]].to_numpy())))
         end = self.last_time
@@ -303,10 +304,16 @@ class _SeenIds:
         self.runs.append(run)
 
 
-def _empty_rejects() -> pd.DataFrame:
+@functools.cache
+def _empty_template(with_reason: bool) -> pd.DataFrame:
     frame = conform(empty_jobs())
-    frame["reject_reason"] = pd.Series(dtype="string")
+    if with_reason:
+        frame["reject_reason"] = pd.Series(dtype="string")
     return frame
+
+
+def _empty_rejects() -> pd.DataFrame:
+    return _empty_template(True).copy()
 
 
 def _iso(ts: float) -> str:

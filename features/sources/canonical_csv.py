@@ -99,13 +99,14 @@ class CanonicalCsvReader(Reader):
         for col in FLOAT_COLUMNS:
             if col not in chunk:
                 continue
-            text = pa.array(chunk[col].tolist(), pa.string())
+            text = pa.array(chunk[col], type=pa.string(), from_pandas=True)
             values, bad = to_float(text)
             if col.endswith("_ts") and bad.any():
                 iso = pd.to_datetime(chunk.loc[bad, col], utc=True, format="ISO8601", errors="coerce")
                 parsed = iso.notna().to_numpy()
                 idx = np.flatnonzero(bad)[parsed]
-                values[idx] = iso[parsed].astype("int64").to_numpy() / 1e9
+                epoch = pd.Timestamp(0, tz="UTC")
+                values[idx] = (iso[parsed] - epoch).dt.total_seconds().to_numpy()
                 bad[idx] = False
             chunk[col] = values
             checks.append((bad, f"unparseable {col}"))

@@ -46,7 +46,8 @@ def ingest_into(directory: Path, fmt: str, paths: list[Path], **kwargs) -> Inges
     assert jobs["job_id"].is_unique
     rejects = pd.read_parquet(rejects_path(out))
     assert summary.rows_read == summary.rows_kept + summary.rows_rejected == len(jobs) + len(rejects)
-    return Ingested(jobs.set_index("job_id", drop=False), rejects, summary)
+    jobs.index = pd.Index(jobs["job_id"].astype(object).to_numpy())
+    return Ingested(jobs, rejects, summary)
 
 
 @pytest.fixture
