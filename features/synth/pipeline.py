@@ -211,12 +211,17 @@ def generate(n_jobs: int, seed: int = 0, *, cluster_gpus: int | None = None, tar
     for i, c in enumerate(PLACEMENT_CLASSES):
         numbers[f"true_slowdown_{c}"] = by_class[:, i]
     order = np.argsort(submit, kind="stable")
-    columns = {name: _text(codes[order], vocab) for name, (codes, vocab) in text.items()}
-    columns.update({name: values[order] for name, values in numbers.items()})
-    columns["job_id"] = _numbered(f"s{int(seed)}-", np.arange(n))
-    columns["job_name"] = pd.arrays.ArrowStringArray(pc.take(names, pa.array(order)))
-    columns["family"] = _numbered("F", fam_of_job[order])
-    frame = pd.DataFrame(columns)
+    censored = numbers.pop("censored")[order]
+    floats = np.empty((len(numbers), n))  # one float block, gathered in place (no per-column copies)
+    for row, values in enumerate(numbers.values()):
+        np.take(values, order, out=floats[row])
+    frame = pd.DataFrame(floats.T, columns=list(numbers), copy=False)
+    frame["censored"] = censored
+    for name, (codes, vocab) in text.items():
+        frame[name] = _text(codes[order], vocab)
+    frame["job_id"] = _numbered(f"s{int(seed)}-", np.arange(n))
+    frame["job_name"] = pd.arrays.ArrowStringArray(pc.take(names, pa.array(order)))
+    frame["family"] = _numbered("F", fam_of_job[order])
     return conform(frame)[[*COLUMNS, *TRUTH_COLUMNS]]
 
 
