@@ -18,6 +18,7 @@ import contextlib
 import gzip
 import io
 import os
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, ClassVar
@@ -64,9 +65,7 @@ class InputTracker:
                     yield gz  # type: ignore[misc]
             else:
                 yield raw
-        except (OSError, EOFError) as exc:
-            if isinstance(exc, InputError):
-                raise
+        except (OSError, EOFError, zlib.error, pa.ArrowException) as exc:
             raise InputError(f"cannot read {path}: {exc}") from exc
         finally:
             self._open.remove(raw)
@@ -117,7 +116,7 @@ def read_head(path: Path, n: int = 65536) -> bytes:
             with gzip.GzipFile(fileobj=raw) as gz:
                 try:
                     return gz.read(n)
-                except (OSError, EOFError) as exc:
+                except (OSError, EOFError, zlib.error) as exc:
                     raise InputError(f"cannot read {path}: corrupt gzip data ({exc})") from exc
         return raw.read(n)
     finally:
@@ -173,7 +172,7 @@ def require_columns(path: Path, fmt: str, found: Sequence[str], required: Sequen
     if missing:
         shown = ", ".join(list(found)[:12]) + (", ..." if len(found) > 12 else "")
         raise InputError(
-            f"{path}: does not look like a {fmt!r} file: missing column(s) {', '.join(missing)} "
+            f"{path}: not in {fmt!r} format: missing column(s) {', '.join(missing)} "
             f"(found: {shown or 'nothing'})"
         )
 
