@@ -48,7 +48,7 @@ from predictor.policy.quota import QuotaBook
 from predictor.policy.snapshot import ClusterSnapshot
 from predictor.preemption import choose_victims, milli_of, work_lost_s
 
-__all__ = ["decide"]
+__all__ = ["decide", "open_cycle"]
 
 _COMPILED: dict[int, tuple[PolicyConfig, Ordering, np.ndarray]] = {}
 
@@ -67,6 +67,19 @@ def _compile(policy: PolicyConfig) -> tuple[Ordering, np.ndarray]:
         _COMPILED.clear()
     _COMPILED[id(policy)] = (policy, ordering, may)
     return ordering, may
+
+
+def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig) -> CycleContext:
+    """Phases 1-2: open the capacity book and size the pending jobs; the context factors read."""
+    lay, now, pend, run = snapshot.layout, float(snapshot.now), snapshot.pending, snapshot.running
+    rcfg = policy.reservation
+    busy = predicted_busy_until(lay.n_gpus, now, run.alloc_gpus, run.alloc_offsets, run.start_ts,
+                                run.predicted_end_ts, overrun_extension_s=rcfg.overrun_extension_s,
+                                unknown_duration_s=rcfg.unknown_duration_s)
+    book = CapacityBook(lay, now, snapshot.free_milli, busy, strategy=policy.placement.strategy)
+    sizing = size_jobs(lay, policy.sizing, num_gpus=pend.num_gpus, gpu_milli=pend.gpu_milli,
+                       peak_upper_mib=pend.peak_vram_upper_mib, requested_types=pend.requested_types)
+    return CycleContext(snapshot, policy, sizing, book)
 
 
 def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = True) -> SchedulePlan:
@@ -90,17 +103,9 @@ def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = T
     clock = time.perf_counter
     t0 = clock()
     ordering, may_preempt = _compile(policy)
-    lay, now, pend, run = snapshot.layout, float(snapshot.now), snapshot.pending, snapshot.running
-    rcfg = policy.reservation
-    # 1. snapshot
-    busy = predicted_busy_until(lay.n_gpus, now, run.alloc_gpus, run.alloc_offsets, run.start_ts,
-                                run.predicted_end_ts, overrun_extension_s=rcfg.overrun_extension_s,
-                                unknown_duration_s=rcfg.unknown_duration_s)
-    book = CapacityBook(lay, now, snapshot.free_milli, busy, strategy=policy.placement.strategy)
-    # 2. nominate
-    sizing = size_jobs(lay, policy.sizing, num_gpus=pend.num_gpus, gpu_milli=pend.gpu_milli,
-                       peak_upper_mib=pend.peak_vram_upper_mib, requested_types=pend.requested_types)
-    ctx = CycleContext(snapshot, policy, sizing, book)
+    now, pend, run = float(snapshot.now), snapshot.pending, snapshot.running
+    ctx = open_cycle(snapshot, policy)  # 1. snapshot, 2. nominate
+    book = ctx.book
     t1 = clock()
     # 3. order
     keys = ordering.keys(ctx)

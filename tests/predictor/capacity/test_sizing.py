@@ -1,0 +1,64 @@
+import numpy as np
+import pytest
+
+from predictor.capacity.inventory import Inventory, Node
+from predictor.capacity.layout import ClusterLayout
+from predictor.capacity.sizing import size_jobs, size_request
+from predictor.policy.config import SizingConfig
+
+# A10 24 GiB (0.6/h), L40S 45 GiB (1.1/h), A100-80GB 80 GiB (1.6/h)
+INV = Inventory(nodes=(Node("a", "A10", 8), Node("l", "L40S", 4), Node("d", "A100-80GB", 8)))
+LAY = ClusterLayout.of(INV)
+CFG = SizingConfig(margin_fraction=0.1, margin_mib=1024)
+
+
+@pytest.mark.parametrize(
+    "peak, gpus, milli, requested, flavor, warn",
+    [
+        (None, 1, 1000, (), "A10", ""),
+        (10_000, 1, 1000, (), "A10", ""),
+        (30_000, 1, 1000, (), "L40S", ""),
+        (60_000, 8, 1000, (), "A100-80GB", ""),
+        (60_000, 1, 1000, ("A10",), "A100-80GB", "too small"),
+        (10_000, 1, 1000, ("A100-80GB",), "A100-80GB", "wastes capacity"),
+        (100_000, 2, 1000, (), "A10", "fits no GPU type"),
+        (30_000, 8, 1000, (), "A100-80GB", ""),  # L40S pool has only 4 GPUs
+        (10_000, 1, 300, (), "L40S", ""),  # a 0.3 share of an A10 holds 7 GiB
+        (None, 1, 1000, ("H100-80GB",), None, "no 1 GPUs"),
+    ],
+    ids=["no prediction", "small", "mid", "big gang", "request too small", "request wasteful", "fits nowhere",
+         "pool too small", "gpu share", "type missing"],
+)
+def test_size_request_table(peak, gpus, milli, requested, flavor, warn):
+    advice = size_request(LAY, CFG, num_gpus=gpus, gpu_milli=milli, peak_upper_mib=peak, requested=requested)
+    assert advice.flavor == flavor
+    joined = " | ".join(advice.warnings)
+    if warn:
+        assert warn in joined
+    else:
+        assert advice.warnings == ()
+
+
+def test_keep_mode_keeps_a_too_small_request_and_warns():
+    advice = size_request(LAY, SizingConfig(on_too_small="keep"), num_gpus=1, peak_upper_mib=60_000,
+                          requested=("A10",))
+    assert advice.flavor == "A10" and "OOM risk; kept as requested" in advice.warnings[0]
+
+
+def test_predictions_ignored_when_sizing_disabled():
+    advice = size_request(LAY, SizingConfig(use_predictions=False), num_gpus=1, peak_upper_mib=60_000)
+    assert advice.flavor == "A10" and advice.allowed == ("A10", "L40S", "A100-80GB")
+
+
+def test_fits_nowhere_suggests_a_sharded_count():
+    advice = size_request(LAY, CFG, num_gpus=2, peak_upper_mib=100_000)
+    assert ">= 3 x A100-80GB" in advice.warnings[0]  # 2 x 100 GB over 80 GB GPUs
+
+
+def test_vectorised_sizing_matches_single():
+    peaks = np.array([np.nan, 10_000, 30_000, 60_000, 100_000])
+    out = size_jobs(LAY, CFG, num_gpus=np.ones(5, dtype=int), gpu_milli=np.full(5, 1000),
+                    peak_upper_mib=peaks, requested_types=None)
+    singles = [size_request(LAY, CFG, num_gpus=1, peak_upper_mib=None if np.isnan(p) else p).flavor for p in peaks]
+    assert [LAY.gpu_types[k] for k in out.flavor] == singles
+    assert out.need_mib[1] == pytest.approx(10_000 * 1.1 + 1024)
