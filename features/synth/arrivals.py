@@ -18,8 +18,8 @@ Load
     when a cluster size is given (so offered load is ``target_load``), else ``n_jobs / jobs_per_day``.
 
 Queueing
-    A share of jobs starts at once; the others wait a lognormal time whose median grows 30 % per
-    doubling of the gang and with the arrival intensity at submission (busy hours wait longer),
+    A share of jobs starts at once; the others wait a lognormal time whose median grows 35 %
+    (``e^0.3``) per doubling of the gang and with the arrival intensity at submission (``(rate / 0.9)^1.5``: busy hours wait longer),
     and shrinks for ``sla``/``production``/``debug`` tiers. The replay simulator recomputes waits
     from its own queue; these only make the history look like a real one.
 """

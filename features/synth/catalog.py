@@ -54,6 +54,14 @@ RUN_CHANGES = {"batch_x2": 0.045, "batch_half": 0.04, "seq_x2": 0.03, "other_gpu
                "gpus_half": 0.03, "gpus_x2": 0.03}
 
 
+def _beta_with_mean(rng: np.random.Generator, mean: float, size: int, concentration: float) -> np.ndarray:
+    """Beta draws with the given mean; larger ``concentration`` = less spread between individuals."""
+    if mean <= 0:
+        return np.zeros(size)
+    mean = min(mean, 1 - 1e-6)
+    return rng.beta(mean * concentration, (1 - mean) * concentration, size)
+
+
 def choose_rows(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
     """One categorical draw per row of ``probs`` (rows need not be normalised)."""
     cdf = np.cumsum(probs, axis=1)
@@ -82,14 +90,12 @@ def draw_population(rng: np.random.Generator, n_jobs: int, profile: Profile) -> 
                       for i in range(n_teams)], dtype=object)
     team_w = 1.0 / np.arange(1, n_teams + 1) ** 1.1
     user_team = rng.choice(n_teams, size=n_users, p=team_w / team_w.sum())
-    mean_cancel = profile.cancel_share
     return Population(
         team_names=teams,
         user_names=np.array([f"u{i:04d}" for i in range(n_users)], dtype=object),
         user_team=user_team,
         user_weight=rng.lognormal(0.0, 1.2, n_users),
-        user_cancel=rng.beta(2.0 * mean_cancel / (1 - mean_cancel) + 0.5, 2.0 + 0.5 * (1 - mean_cancel) / mean_cancel,
-                             n_users) if mean_cancel > 0 else np.zeros(n_users),
+        user_cancel=_beta_with_mean(rng, profile.cancel_share, n_users, concentration=12.0),
         user_default_limit=rng.random(n_users) < profile.default_limit_share,
         user_overestimate=rng.lognormal(np.log(profile.limit_overestimate[0]), profile.limit_overestimate[1], n_users),
     )

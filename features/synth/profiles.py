@@ -62,9 +62,9 @@ class Profile:
     max_gpus
         Largest gang the cluster admits.
     log_duration_base
-        Per tier, the log of a family's median duration (seconds) for a 100M-parameter model on the
-        minimum GPUs; ``log_duration_per_decade`` / ``log_duration_per_doubling`` add per decade of
-        parameters / doubling of GPUs; ``log_duration_between_sd`` spreads families around that.
+        Per tier, the log of a family's median duration (seconds) for a 100M-parameter model on one
+        GPU; ``log_duration_per_decade`` / ``log_duration_per_doubling`` add per decade of
+        parameters / doubling of the family's GPUs; ``log_duration_between_sd`` spreads families.
     within_family_sd
         Range of the per-family log-sd of run-to-run work (how predictable a family is).
     trial_share, trial_fraction
