@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 
 from fastapi import FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from features.errors import InputError
+from predictor.store.codec import jsonable
 from predictor.store.errors import ConflictError, NotFoundError, PermissionDeniedError
 
 __all__ = ["install_error_handlers"]
@@ -22,7 +25,26 @@ def _detail(message: str) -> list[dict]:
     return [{"loc": loc, "msg": m.group(2) if m else message, "type": "value_error"}]
 
 
+def _validation_detail(errors: list[dict]) -> list[dict]:
+    """FastAPI's 422 detail, with inputs made JSON-safe (NaN/infinity as null) and kept short."""
+    out = []
+    for e in errors:
+        e = dict(e)
+        if "input" in e:
+            text = repr(e["input"])
+            e["input"] = jsonable(e["input"]) if len(text) <= 500 else text[:500] + "..."
+        if "ctx" in e:
+            e["ctx"] = jsonable(e["ctx"])  # may hold the exception raised by a validator
+        out.append(e)
+    return jsonable_encoder(out)
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _validation_detail(list(exc.errors()))},
+                            status.HTTP_422_UNPROCESSABLE_CONTENT)
+
     @app.exception_handler(NotFoundError)
     async def not_found(request: Request, exc: NotFoundError) -> JSONResponse:
         return JSONResponse({"detail": str(exc.args[0]) if exc.args else "not found"}, status.HTTP_404_NOT_FOUND)

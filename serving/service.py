@@ -12,7 +12,7 @@ from features.errors import InputError
 from predictor.config import Settings, load_tokens
 from predictor.engine import Engine, build_engine
 from predictor.model_slot import LoadedModel, ModelSlot
-from predictor.store import Database
+from predictor.store import Database, StreamEvent
 from predictor.store.jobs import status_counts
 from predictor.store.tracked_queue import TrackedQueue
 from serving.auth import TokenRegistry
@@ -61,6 +61,12 @@ class Service:
         with self.db.session() as s:
             counts = status_counts(s)
         return {status: counts.get(status, 0) for status in ("pending", "running", "ended", "cancelled")}
+
+    def committed(self, events: list[StreamEvent]) -> None:
+        """After this worker commits: wake the stream follower, count the decisions it made."""
+        self.hub.notify()
+        self.metrics.count_decisions(((e.payload["decision"]["tier"], e.payload["decision"]["action"])
+                                      for e in events if e.kind == "decision"), source="queue")
 
     def on_model_change(self, model: LoadedModel) -> None:
         self.metrics.set_model(model.version, model.fallback)
@@ -114,6 +120,6 @@ def build_service(settings: Settings, *, model: ModelSlot | None = None) -> Serv
     metrics = ServiceMetrics(queue_counts=lambda: service.queue_counts())
     hub = StreamHub(db, poll_s=settings.stream_poll_s, buffer=settings.stream_buffer, on_events=queue.catch_up)
     service = Service(settings=settings, db=db, engine=engine, queue=queue, hub=hub, metrics=metrics, tokens=tokens)
-    queue.on_commit = hub.notify
+    queue.on_commit = service.committed
     engine.model.subscribe(service.on_model_change)
     return service

@@ -93,13 +93,14 @@ class TrackedQueue:
     outbox_targets : sequence of str
         Adapters to queue every material decision for (e.g. ``("slurm",)``).
     on_commit : callable, optional
-        Called after each commit (the service wakes its stream follower).
+        Called with the committed events after each commit (the service wakes its stream follower
+        and counts decisions).
     clock : callable
         Wall clock (epoch seconds).
     """
 
     def __init__(self, db, engine: Engine, *, outbox_targets: Sequence[str] = (),  # noqa: ANN001
-                 on_commit: Callable[[], None] | None = None, clock: Callable[[], float] = time.time) -> None:
+                 on_commit: Callable[[list[StreamEvent]], None] | None = None, clock: Callable[[], float] = time.time) -> None:
         self.db = db
         self.engine = engine
         self.outbox_targets = tuple(outbox_targets)
@@ -191,7 +192,7 @@ class TrackedQueue:
                 self.engine.set_picture(QueuePicture(picture.layout, picture.vocab, picture.pending,
                                                      picture.running, seq))
         if appended and self.on_commit is not None:
-            self.on_commit()
+            self.on_commit(appended)
         return result
 
     def _catch_up_in(self, s: Session) -> None:
