@@ -7,7 +7,7 @@ import dataclasses
 import time
 
 import pytest
-from integration.slurm_cluster import NODE_GPUS, SlurmCluster, slurm_cluster  # noqa: F401 - fixture
+from integration.slurm_cluster import NODE_GPUS, SlurmCluster
 
 from predictor.adapters.cluster_policy import ClusterPolicy, TeamSpec, TierSpec
 from predictor.adapters.retry import RetryExhausted, RetryPolicy
@@ -35,7 +35,7 @@ def _decision(job_id: str, priority: int = 1000, **kw) -> Decision:
 
 
 @pytest.fixture
-def cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:  # noqa: F811 - the imported fixture
+def cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:
     """The session cluster with an empty queue, no reservations, and the partition DOWN."""
     slurm_cluster.run("scancel", "--user=root")
     for name in slurm_cluster.run("scontrol", "show", "reservation", "-o").stdout.split():
@@ -67,7 +67,7 @@ def _squeue(cluster: SlurmCluster, fmt: str) -> dict[str, list[str]]:
     return {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
 
 
-def test_cluster_came_up_quickly(slurm_cluster: SlurmCluster):  # noqa: F811
+def test_cluster_came_up_quickly(slurm_cluster: SlurmCluster):
     assert slurm_cluster.started_in_s < 30, slurm_cluster.started_in_s
     print(f"\nSlurm cluster started in {slurm_cluster.started_in_s:.1f} s")
     assert set(slurm_cluster.pids()) == {"munged", "slurmdbd", "slurmctld", "slurmd"}
