@@ -26,7 +26,14 @@ import pyarrow.compute as pc
 from features.errors import InputError
 from features.schema import COLUMNS, PLACEMENT_CLASSES, STATES, conform
 from features.synth import arrivals, catalog, naming, outcomes, topology_truth
-from features.synth.hardware import GPU_NAMES, GPUS_PER_NODE, LINK_BANDWIDTH_GBPS, gpu_array, peak_tflops
+from features.synth.hardware import (
+    GPU_NAMES,
+    GPU_SPECS,
+    GPUS_PER_NODE,
+    LINK_BANDWIDTH_GBPS,
+    gpu_array,
+    peak_tflops,
+)
 from features.synth.memory_truth import METHODS, OPTIMIZERS, PRECISIONS
 from features.synth.profiles import TIERS, get_profile
 from features.synth.zoo import zoo_array
@@ -49,7 +56,8 @@ def _check_args(n_jobs, seed, cluster_gpus, target_load, start_ts) -> None:
     if cluster_gpus is not None and (isinstance(cluster_gpus, bool) or not isinstance(cluster_gpus, int | np.integer)
                                      or cluster_gpus < 1):
         raise InputError(f"cluster_gpus must be a positive integer or None, got {cluster_gpus!r}")
-    if not (isinstance(target_load, int | float) and np.isfinite(target_load) and 0 < target_load <= 10):
+    if isinstance(target_load, bool) or not (isinstance(target_load, int | float) and np.isfinite(target_load)
+                                             and 0 < target_load <= 10):
         raise InputError(f"target_load must be in (0, 10], got {target_load!r}")
     if not (isinstance(start_ts, int | float) and np.isfinite(start_ts) and start_ts >= 0):
         raise InputError(f"start_ts must be a non-negative epoch time in seconds, got {start_ts!r}")
@@ -125,7 +133,7 @@ def generate(n_jobs: int, seed: int = 0, *, cluster_gpus: int | None = None, tar
                           precision=fam.precision)
     speed, comm = _speed(fam, fam_of_job, batch=runs.batch, seq=runs.seq, gpu=runs.gpu, num_gpus=runs.num_gpus,
                          precision=runs.precision)
-    nvlink_capable = np.array([n_ != "A10" and n_ != "L40S" for n_ in GPU_NAMES])[runs.gpu]
+    nvlink_capable = np.array([GPU_SPECS[name].nvlink for name in GPU_NAMES])[runs.gpu]
     placement = topology_truth.sample_placement(rng["placement"], runs.num_gpus, nvlink_capable)
     slow = topology_truth.slowdown(comm, placement)
 

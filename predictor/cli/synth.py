@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         if not out.parent.exists():
             raise InputError(f"--out {out}: folder {out.parent} does not exist")
         began = time.perf_counter()
-        with _phases(progress and not as_json) as advance:
+        with _PhaseProgress(progress and not as_json) as advance:
             df = generate(jobs, seed, cluster_gpus=cluster_gpus, target_load=load, start_ts=start_ts,
                           profile=prof.name, on_phase=advance)
             advance("validate")
@@ -94,7 +94,7 @@ def _parse_start(text: str) -> float:
     return stamp.timestamp()
 
 
-class _phases:
+class _PhaseProgress:
     """Context manager yielding ``advance(phase)``; draws a rich progress bar when enabled."""
 
     def __init__(self, enabled: bool) -> None:

@@ -195,9 +195,10 @@ def test_durations_are_heavy_tailed(philly_20k):
     ({"n_jobs": 10, "seed": -1}, "seed"),
     ({"n_jobs": 10, "cluster_gpus": 0}, "cluster_gpus"),
     ({"n_jobs": 10, "cluster_gpus": 8, "target_load": 0.0}, "target_load"),
+    ({"n_jobs": 10, "cluster_gpus": 8, "target_load": True}, "target_load"),
     ({"n_jobs": 10, "start_ts": float("nan")}, "start_ts"),
     ({"n_jobs": 10, "profile": "nope"}, "profile"),
-], ids=["no-jobs", "negative-seed", "no-gpus", "zero-load", "nan-start", "unknown-profile"])
+], ids=["no-jobs", "negative-seed", "no-gpus", "zero-load", "bool-load", "nan-start", "unknown-profile"])
 def test_bad_arguments_raise_input_error(kwargs, field):
     with pytest.raises(InputError, match=re.escape(field)):
         generate(**kwargs)
