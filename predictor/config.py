@@ -47,7 +47,7 @@ from typing import Literal
 
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from features.errors import InputError
 
@@ -177,6 +177,10 @@ def get_settings() -> Settings:
     """
     try:
         return Settings()
+    except SettingsError as exc:  # a complex value (JSON list) that does not parse
+        field = str(exc).split('"')[1] if '"' in str(exc) else "?"
+        name = "MLFLOW_TRACKING_URI" if field == "mlflow_tracking_uri" else f"PREDICTOR_{field.upper()}"
+        raise InputError(f"{name}: not valid JSON ({exc.__cause__ or exc})") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else "?"

@@ -123,8 +123,8 @@ class Engine:
             return 0
         frame = conform(pd.DataFrame.from_records(list(records)))
         with self._history_lock:
-            self._finished.append(frame)
             _, history = self._current_history()
+            self._finished.append(frame)
             return history.add(frame)
 
     def charge(self, charges: Iterable[UsageCharge]) -> int:
