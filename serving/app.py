@@ -7,7 +7,7 @@ answers until it is in, and says so).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -26,7 +26,8 @@ placement or capacity reservation, preemption plan). Tracks a queue persistently
 change over the WebSocket `/v1/stream`. Authenticate with `Authorization: Bearer <token>`."""
 
 
-def create_app(settings: Settings | None = None, *, service: Service | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, service: Service | None = None,
+               service_factory: Callable[[], Service] | None = None) -> FastAPI:
     """Build the FastAPI app.
 
     Parameters
@@ -35,11 +36,13 @@ def create_app(settings: Settings | None = None, *, service: Service | None = No
         Defaults to :func:`predictor.config.get_settings` (the environment).
     service : Service, optional
         A service built already (tests); otherwise built from ``settings`` at start-up.
+    service_factory : callable, optional
+        Builds the service at start-up instead of ``build_service(settings)`` (tests).
     """
     settings = settings or (service.settings if service is not None else get_settings())
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        svc = service or build_service(settings)
+        svc = service or (service_factory() if service_factory else build_service(settings))
         app.state.service = svc
         await svc.start()
         try:

@@ -9,8 +9,9 @@ Roles (``predictor.config.ROLES``):
 * ``admin`` - everything, including ``PUT /v1/policy`` and model reloads.
 
 Tokens are compared by their sha256 digest, so a token file may hold digests instead of secrets.
-Browsers cannot set headers on a WebSocket, so the stream also accepts the token as the
-subprotocol ``bearer.<token>`` (the server answers with the subprotocol ``bearer``).
+Browsers cannot set headers on a WebSocket, so the stream also accepts the token as a subprotocol:
+the client offers ``["bearer", "bearer.<token>"]`` and the server selects ``bearer`` (a browser
+accepts only a subprotocol it offered, and the token is never echoed back).
 """
 
 from __future__ import annotations

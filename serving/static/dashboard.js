@@ -67,11 +67,12 @@ function scoreBar(decision) {
   return bar;
 }
 
-function intervalBar(pred, maxS) {
+function intervalBar(pred, range) {
   const wrap = el("div");
   if (!pred) return wrap;
   const d = pred.duration;
-  const scale = (s) => Math.max(0, Math.min(100, Math.log1p(s) / Math.log1p(maxS) * 100));
+  const [lo, hi] = range;  // log scale shared by every row, so intervals compare at a glance
+  const scale = (s) => Math.max(0, Math.min(100, (Math.log(Math.max(s, 1)) - Math.log(lo)) / (Math.log(hi) - Math.log(lo)) * 100));
   const box = el("div", { class: "interval" },
     el("div", { class: "range", style: `left:${scale(d.p10_s)}%;width:${Math.max(scale(d.p90_s) - scale(d.p10_s), 1)}%` }),
     el("div", { class: "p50", style: `left:${scale(d.p50_s)}%` }));
@@ -90,7 +91,9 @@ function queueOrder() {
 
 function renderQueue(highlight) {
   const rows = queueOrder();
-  const maxS = Math.max(3600, ...rows.map((j) => j.prediction?.duration?.p90_s || 0));
+  const p10s = rows.map((j) => j.prediction?.duration?.p10_s).filter((s) => s > 0);
+  const p90s = rows.map((j) => j.prediction?.duration?.p90_s).filter((s) => s > 0);
+  const range = [Math.min(60, ...p10s) / 1.5, Math.max(3600, ...p90s) * 1.5];
   const body = $("#queue tbody");
   body.replaceChildren(...rows.map((j, i) => {
     const d = j.decision, p = j.prediction;
@@ -103,7 +106,7 @@ function renderQueue(highlight) {
       el("td", { class: "num" }, `${j.request.num_gpus ?? "-"}${d?.flavor ? " x " + d.flavor : ""}`),
       el("td", { class: "num priority" }, d ? d.priority : "-"),
       el("td", { class: "wide" }, scoreBar(d)),
-      el("td", { class: "wide" }, intervalBar(p, maxS)),
+      el("td", { class: "wide" }, intervalBar(p, range)),
       el("td", { class: "num" }, p ? `${fmtMiB(p.peak_vram_mib)} (<= ${fmtMiB(p.peak_vram_upper_mib)})` : "-"),
       el("td", {}, d ? el("span", { class: `action ${d.action}`, title: d.reason }, d.action) : "-"));
     return tr;
@@ -206,7 +209,7 @@ function applyEvent(ev) {
 
 function connect() {
   const proto = location.protocol === "https:" ? "wss" : "ws";
-  const ws = new WebSocket(`${proto}://${location.host}/v1/stream?since=${state.lastSeq}`, [`bearer.${state.token}`]);
+  const ws = new WebSocket(`${proto}://${location.host}/v1/stream?since=${state.lastSeq}`, ["bearer", `bearer.${state.token}`]);
   state.ws = ws;
   ws.onopen = () => { $("#conn").textContent = "live"; $("#conn").className = "badge on"; state.retryMs = 500; };
   ws.onmessage = (msg) => {

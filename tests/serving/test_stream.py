@@ -46,7 +46,7 @@ def test_live_changes_arrive_in_sequence(client: TestClient) -> None:
 
 def test_browsers_authenticate_with_the_bearer_subprotocol(client: TestClient) -> None:
     proto = f"bearer.{TOKENS['nlp'].token}"
-    with client.websocket_connect("/v1/stream", subprotocols=[proto]) as ws:
+    with client.websocket_connect("/v1/stream", subprotocols=["bearer", proto]) as ws:
         assert ws.accepted_subprotocol == "bearer"
         assert ws.receive_json()["kind"] == "stream.hello"
 

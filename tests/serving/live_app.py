@@ -1,0 +1,15 @@
+"""The app factory live tests run under uvicorn: the real app, with the test predictor as fallback."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from predictor.config import get_settings
+from serving.app import create_app
+from serving.service import build_service
+from tests.serving.doubles import no_model_slot
+
+
+def create_test_app() -> FastAPI:
+    settings = get_settings()
+    return create_app(settings, service_factory=lambda: build_service(settings, model=no_model_slot()))
