@@ -148,15 +148,17 @@ class ClusterState:
             Job rows holding GPUs, ascending.
         offsets : ndarray of int64, shape (n_running + 1,)
         gpus : ndarray of int64
-            ``gpus[offsets[i]:offsets[i + 1]]`` are the GPUs of ``jobs[i]``, ascending.
+            ``gpus[offsets[i]:offsets[i + 1]]`` are the GPUs of ``jobs[i]``.
         """
-        used = np.flatnonzero(self.slot_job >= 0)
-        owner = self.slot_job[used]
-        gpu = self.slot_gpu[used]
-        order = np.lexsort((gpu, owner))
-        owner, gpu = owner[order], gpu[order]
-        jobs, counts = np.unique(owner, return_counts=True)
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        owner_all = self.slot_job
+        used = np.flatnonzero(owner_all >= 0)
+        order = used[np.argsort(owner_all[used], kind="stable")]
+        owner, gpu = owner_all[order], self.slot_gpu[order]
+        if len(owner) == 0:
+            return owner, np.zeros(1, dtype=np.int64), gpu
+        starts = np.flatnonzero(np.concatenate(([True], owner[1:] != owner[:-1])))
+        jobs = owner[starts]
+        offsets = np.append(starts, len(owner)).astype(np.int64)
         return jobs, offsets, gpu
 
     def memory_of(self, gpus: np.ndarray) -> float:

@@ -8,7 +8,8 @@ Definitions
   that ran once. Averages and percentiles are over finished jobs; ``max_wait_s`` also covers jobs
   that never ran (their wait runs to the end of the replay).
 - **Utilisation** = GPU-seconds held by running jobs (fractional GPUs counted by their share) /
-  (cluster GPUs x makespan).
+  (cluster GPUs x makespan). With heavy-tailed run times the last long job stretches the makespan,
+  so ``extra.utilization_while_jobs_arrive`` also gives it from the first to the last submission.
 - **Makespan** = last end - first submit.
 - **Starved jobs**: jobs whose wait exceeded ``starvation_s`` (default 24 h), finished or not.
 - **SLA misses**: jobs with a deadline that ended after it, or never finished.
@@ -195,6 +196,12 @@ def policy_metrics(record: ReplayRecord, config: MetricsConfig | None = None) ->
     last_end = float(np.nanmax(record.end)) if np.isfinite(record.end).any() else first_submit
     makespan = last_end - first_submit
     util = float(seg_gpu_s.sum() / (record.total_gpus * makespan)) if makespan > 0 else 0.0
+    last_submit = float(jobs.submit_s.max())
+    arrival_span = last_submit - first_submit
+    used_by_last_submit = _cumulative(record.seg_start, record.seg_end, gpus[record.seg_job],
+                                      np.array([first_submit, last_submit]))
+    util_arrivals = (float(np.diff(used_by_last_submit)[0] / (record.total_gpus * arrival_span))
+                     if arrival_span > 0 else float("nan"))
     has_deadline = np.isfinite(jobs.deadline_s)
     late = has_deadline & (~done | (np.nan_to_num(record.end, nan=np.inf) > jobs.deadline_s))
     lost_gpu_h = record.seg_lost_s * gpus[record.seg_job] / 3600.0
@@ -235,6 +242,7 @@ def policy_metrics(record: ReplayRecord, config: MetricsConfig | None = None) ->
         "jobs_failed_oom": int((record.status == JobStatus.FAILED).sum()),
         "jobs_unfinished": int(unfinished.sum()),
         "oom_failures": int(record.oom_failures.sum()),
+        "utilization_while_jobs_arrive": util_arrivals,
         "gpu_hours_lost_preemption": float(lost_gpu_h[kind == SegmentEnd.PREEMPTED].sum()),
         "gpu_hours_lost_oom": float(lost_gpu_h[kind == SegmentEnd.OOM].sum()),
         "jobs_with_deadline": int(has_deadline.sum()),

@@ -34,6 +34,7 @@ class ReplayRecorder:
         self.seg_end = array("d")
         self.seg_kind = array("b")
         self.seg_lost_s = array("d")
+        self.seg_class = array("b")
         self.queue_t = array("d")
         self.queue_len = array("q")
         self.decide_calls = 0
@@ -43,7 +44,9 @@ class ReplayRecorder:
         self.reservation_starts = 0  # jobs started on the placement their reservation held
         self.rejected_by_rules: dict[int, str] = {}
 
-    def segment(self, job: int, start: float, end: float, kind: int, lost_s: float = 0.0) -> None:
+    def segment(self, job: int, start: float, end: float, kind: int, lost_s: float = 0.0,
+                placement_class: int = 0) -> None:
+        self.seg_class.append(placement_class)
         self.seg_job.append(job)
         self.seg_start.append(start)
         self.seg_end.append(end)
@@ -82,6 +85,7 @@ class ReplayRecord:
     seg_end: np.ndarray
     seg_kind: np.ndarray
     seg_lost_s: np.ndarray
+    seg_class: np.ndarray  # placement class index of the run
     queue_t: np.ndarray
     queue_len: np.ndarray
     total_gpus: int
@@ -120,6 +124,7 @@ class ReplayRecord:
             seg_end=np.frombuffer(r.seg_end, dtype=np.float64).copy(),
             seg_kind=np.frombuffer(r.seg_kind, dtype=np.int8).copy(),
             seg_lost_s=np.frombuffer(r.seg_lost_s, dtype=np.float64).copy(),
+            seg_class=np.frombuffer(r.seg_class, dtype=np.int8).astype(np.int64),
             queue_t=np.frombuffer(r.queue_t, dtype=np.float64).copy(),
             queue_len=np.frombuffer(r.queue_len, dtype=np.int64).copy(),
             total_gpus=total_gpus,

@@ -56,6 +56,7 @@ class RunningJob:
     slots: np.ndarray  # the ClusterState slots holding them
     milli: int
     placement: Placement
+    placement_class: int  # index into PLACEMENT_CLASSES
     begin: float  # progress starts here (later than the allocation while victims drain)
 
 
@@ -93,6 +94,13 @@ class RulesLayer(Protocol):
     def plan(self, view: SimView) -> PlanLike: ...
 
     def team_shares(self) -> dict[str, float]: ...
+
+    def job_started(self, j: int, decision: Decision) -> None:
+        """Job row ``j`` was started (or will start after a grace period) as ``decision`` said."""
+
+    def job_stopped(self, j: int, begin_s: float, end_s: float, progress: JobProgress) -> None:
+        """A run of job row ``j`` from ``begin_s`` ended at ``end_s`` (finished, evicted or crashed);
+        called after ``progress`` was updated."""
 
 
 class Replay:
@@ -179,12 +187,14 @@ class Replay:
             elif ev.kind is EventKind.COMPLETION:
                 run = self._release(ev.job)
                 self.progress.complete(ev.job, now)
-                self.recorder.segment(ev.job, run.begin, now, SegmentEnd.COMPLETED)
+                self.rules.job_stopped(ev.job, run.begin, now, self.progress)
+                self.recorder.segment(ev.job, run.begin, now, SegmentEnd.COMPLETED, 0.0, run.placement_class)
                 self._finished += 1
             elif ev.kind is EventKind.OOM:
                 run = self._release(ev.job)
                 lost, again = self.progress.crash_oom(ev.job, now, self.config.max_oom_retries)
-                self.recorder.segment(ev.job, run.begin, now, SegmentEnd.OOM, lost)
+                self.rules.job_stopped(ev.job, run.begin, now, self.progress)
+                self.recorder.segment(ev.job, run.begin, now, SegmentEnd.OOM, lost, run.placement_class)
                 if again:
                     arrivals.append(ev.job)
                 else:
@@ -211,8 +221,10 @@ class Replay:
         if not (self._dirty and self.pending):
             return None
         self._dirty = False
-        if not self.rules.may_preempt and self.cluster.allocated_milli >= self.cluster.capacity_milli:
-            return None  # nothing can start and nothing may be evicted
+        if not self.rules.may_preempt:
+            free = self.cluster.capacity_milli - self.cluster.allocated_milli
+            if free < self._smallest_pending_demand():
+                return None  # no queued job fits in what is free, and nothing may be evicted
         view = SimView(now=now, jobs=self.jobs, predictions=self.predictions, progress=self.progress,
                        cluster=self.cluster, pending=np.fromiter(self.pending, dtype=np.int64, count=len(self.pending)),
                        running=self.running, reservations=self.reservations)
@@ -233,13 +245,13 @@ class Replay:
             if j not in self.pending:
                 raise PlanError(f"decision {d.action!r} for job {d.job_id} which is not queued")
             if d.action == "start":
-                self._start(j, _need(d.placement, d), now, now)
+                self._start(j, d, now, now)
             elif d.action == "preempt":
                 if d.eviction is None:
                     raise PlanError(f"preempt decision for {d.job_id} has no eviction plan")
                 for victim in d.eviction.victims:
                     self._evict(victim.job_id, now)
-                self._start(j, _need(d.placement, d), now, now + max(d.eviction.grace_s, 0.0))
+                self._start(j, d, now, now + max(d.eviction.grace_s, 0.0))
             elif d.action == "reserve":
                 res = d.reservation
                 if res is None:
@@ -261,8 +273,13 @@ class Replay:
         if revisit is not None:
             self._wake(revisit - origin, now)
 
+    def _smallest_pending_demand(self) -> int:
+        rows = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
+        return int(self.jobs.milli_demand[rows].min())
+
     # -- acting ----------------------------------------------------------------------------------
-    def _start(self, j: int, placement: Placement, now: float, begin: float) -> None:
+    def _start(self, j: int, d: Decision, now: float, begin: float) -> None:
+        placement = _need(d.placement, d)
         milli = int(self.jobs.gpu_milli[j])
         if placement.num_gpus != self.jobs.num_gpus[j]:
             raise PlanError(f"job {self.jobs.job_ids[j]} needs {self.jobs.num_gpus[j]} GPUs, placement has {placement.num_gpus}")
@@ -273,7 +290,9 @@ class Replay:
             self.recorder.reservation_starts += 1
         k = self.jobs.class_index(placement.placement_class)
         wall = self.progress.start(j, begin, float(self.jobs.slowdown[j, k]), k)
-        self.running[j] = RunningJob(gpus=gpus, slots=slots, milli=milli, placement=placement, begin=begin)
+        self.running[j] = RunningJob(gpus=gpus, slots=slots, milli=milli, placement=placement, placement_class=k,
+                                     begin=begin)
+        self.rules.job_started(j, d)
         peak = self.jobs.peak_vram_mib[j]
         memory = self.cluster.memory_of(gpus) * milli / 1000.0
         if peak > memory:  # False when either is unknown (NaN)
@@ -287,7 +306,8 @@ class Replay:
             raise PlanError(f"eviction of job {job_id!r} which is not running")
         run = self._release(v)
         lost = self.progress.evict(v, now)
-        self.recorder.segment(v, min(run.begin, now), now, SegmentEnd.PREEMPTED, lost)
+        self.rules.job_stopped(v, run.begin, now, self.progress)
+        self.recorder.segment(v, min(run.begin, now), now, SegmentEnd.PREEMPTED, lost, run.placement_class)
         self.pending[v] = None
 
     def _release(self, j: int) -> RunningJob:

@@ -70,6 +70,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -122,11 +125,28 @@ def _jct_cdf(records: list[ReplayRecord]) -> str:
     return _png(fig)
 
 
+def plot_horizon(records: list[ReplayRecord], window_s: float) -> tuple[float, float]:
+    """(end of the time axis, window) for the time plots: the axis stops when 99 % of the jobs of
+    every policy have ended (one very long job would otherwise squash the picture), and the window
+    grows so that a plot has at most ~300 points."""
+    ends = [np.nanpercentile(r.end, 99) for r in records if np.isfinite(r.end).any()]
+    horizon = float(max(ends)) if ends else max(r.end_time for r in records)
+    horizon = max(horizon, window_s)
+    return horizon, max(window_s, horizon / 300.0)
+
+
+def _cut(rec: ReplayRecord, horizon: float, window_s: float):
+    edges, received, demand = team_windows(rec, window_s)
+    keep = max(int(np.ceil(horizon / window_s)), 1)
+    return edges[: keep + 1], received[:, :keep], demand[:, :keep]
+
+
 def _time_series(records: list[ReplayRecord], window_s: float) -> str:
+    horizon, window_s = plot_horizon(records, window_s)
     fig, (ax_q, ax_u) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
     for rec in records:
         # queue length: a step function sampled at every scheduling step; averaged per window
-        edges, received, _ = team_windows(rec, window_s)
+        edges, received, _ = _cut(rec, horizon, window_s)
         width = np.diff(edges)
         util = received.sum(axis=0) / (rec.total_gpus * width)
         t, q = rec.queue_t, rec.queue_len.astype("float64")
@@ -137,7 +157,8 @@ def _time_series(records: list[ReplayRecord], window_s: float) -> str:
             ax_q.plot(_hours(edges[:-1]), np.diff(cum_at) / width, label=rec.policy, lw=1)
         ax_u.plot(_hours(edges[:-1]), util, label=rec.policy, lw=1)
     ax_q.set_ylabel("queued jobs (window mean)")
-    ax_q.set_title(f"Queue length and GPU utilisation over time ({window_s / 3600:g} h windows)")
+    ax_q.set_title(f"Queue length and GPU utilisation over time ({window_s / 3600:.3g} h windows; "
+                   "until 99 % of jobs ended)")
     ax_u.set_ylabel("GPU utilisation")
     ax_u.set_xlabel("time since first submission (h)")
     ax_u.set_ylim(0, 1.05)
@@ -148,10 +169,11 @@ def _time_series(records: list[ReplayRecord], window_s: float) -> str:
 
 
 def _team_shares(records: list[ReplayRecord], window_s: float) -> str:
+    horizon, window_s = plot_horizon(records, window_s)
     n = len(records)
     fig, axes = plt.subplots(n, 1, figsize=(9, 2.4 * n + 0.6), sharex=True, squeeze=False)
     for ax, rec in zip(axes[:, 0], records, strict=True):
-        edges, received, _ = team_windows(rec, window_s)
+        edges, received, _ = _cut(rec, horizon, window_s)
         total = received.sum(axis=0)
         share = np.divide(received, total, out=np.zeros_like(received), where=total > 0)
         top = np.argsort(-received.sum(axis=1))[:MAX_TEAMS_PLOTTED]
@@ -174,7 +196,8 @@ def _team_shares(records: list[ReplayRecord], window_s: float) -> str:
 # -- page ------------------------------------------------------------------------------------------
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;color:#222}
-table{border-collapse:collapse;margin:1rem 0;font-size:.9rem}
+table{border-collapse:collapse;margin:1rem 0;font-size:.85rem}
+.scroll{overflow-x:auto}
 th,td{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}
 th:first-child,td:first-child{text-align:left}
 thead th{background:#f0f0f0}
@@ -217,7 +240,8 @@ def _metric_table(doc: dict) -> str:
             cls = ' class="best"' if k in best and v == best[k] else ""
             cells.append(f"<td{cls}>{_fmt(v)}</td>")
         rows.append(f"<tr><td>{html.escape(p)}</td>{''.join(cells)}</tr>")
-    return f"<table><thead><tr><th>policy</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return (f"<div class='scroll'><table><thead><tr><th>policy</th>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
 
 
 def _extra_table(doc: dict) -> str:
@@ -230,8 +254,8 @@ def _extra_table(doc: dict) -> str:
         cells = "".join(f"<td>{_fmt(more.get(k))}</td>" for k in keys)
         rows.append(f"<tr><td>{html.escape(p)}</td>{cells}<td>{_fmt(speed['wall_s'])}</td>"
                     f"<td>{_fmt(speed['events_per_s'])}</td><td>{_fmt(speed['decide_calls'])}</td></tr>")
-    return (f"<table><thead><tr><th>policy</th>{head}<th>replay wall s</th><th>events/s</th>"
-            f"<th>decide() calls</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    return (f"<div class='scroll'><table><thead><tr><th>policy</th>{head}<th>replay wall s</th><th>events/s</th>"
+            f"<th>decide() calls</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
 def _team_table(doc: dict) -> str:
@@ -247,7 +271,8 @@ def _team_table(doc: dict) -> str:
             row = doc["extra"][p]["per_team"][t]
             cells.append(f"<td>{_fmt(row['share'])} / {_fmt(row['entitled_share'])}</td>")
         rows.append(f"<tr><td>{html.escape(t)}</td>{''.join(cells)}</tr>")
-    return f"<table><thead><tr><th>team</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return (f"<div class='scroll'><table><thead><tr><th>team</th>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
 
 
 def _run_list(run: Mapping) -> str:

@@ -83,3 +83,9 @@ class ScriptedRules:
 
     def team_shares(self) -> dict[str, float]:
         return {}
+
+    def job_started(self, j: int, decision: Decision) -> None:
+        pass
+
+    def job_stopped(self, j: int, begin_s: float, end_s: float, progress) -> None:
+        pass

@@ -1,0 +1,146 @@
+"""``predictor simulate``: replay a job history under several policies and write the comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
+import typer
+from rich.console import Console
+
+from features.errors import InputError
+
+ORDER = 50
+_out = Console(stderr=True)
+
+
+def read_jobs(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read a canonical job table (Parquet, or CSV with canonical column names) and validate it.
+
+    Returns
+    -------
+    (jobs, rejects)
+        Valid rows (ground-truth extras kept) and rejected rows with a ``reject_reason``.
+    """
+    from features.schema import validate
+
+    if not path.exists():
+        raise InputError(f"job table {path} does not exist")
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".parquet", ".pq"):
+            frame = pd.read_parquet(path)
+        elif suffix in (".csv", ".gz"):
+            frame = pd.read_csv(path)
+        else:
+            raise InputError(f"{path}: expected a .parquet or .csv canonical job table (see `predictor ingest`)")
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{path}: cannot read the job table: {exc}") from exc
+    if len(frame) == 0:
+        raise InputError(f"{path}: the job table is empty: nothing to replay")
+    missing = [c for c in ("job_id", "submit_ts", "num_gpus") if c not in frame.columns]
+    if missing:
+        raise InputError(f"{path}: not a canonical job table, missing column(s) {', '.join(missing)}")
+    result = validate(frame)
+    return result.jobs, result.rejects
+
+
+def parse_inventory(spec: str):
+    """``INVENTORY``: a GPU count (a homogeneous cluster of 8-GPU nodes) or an inventory file."""
+    from predictor.capacity.inventory import homogeneous_inventory
+
+    text = spec.strip()
+    if text.isdigit():
+        gpus = int(text)
+        if gpus <= 0:
+            raise InputError(f"--cluster {spec}: a cluster needs at least one GPU")
+        return homogeneous_inventory(gpus)
+    path = Path(text)
+    if not path.exists():
+        raise InputError(f"--cluster {spec}: neither a GPU count nor an existing inventory file")
+    from predictor.capacity.inventory_sources import load_inventory
+
+    return load_inventory(path)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("simulate")
+    def simulate(
+        jobs: Annotated[Path, typer.Option("--jobs", help="canonical job table (.parquet or .csv)")],
+        cluster: Annotated[str, typer.Option("--cluster", help="GPU count (8-GPU nodes) or inventory file")],
+        out: Annotated[Path, typer.Option("--out", help="folder for report.json and report.html")],
+        policy: Annotated[list[str], typer.Option("--policy", help=(
+            "policy to replay (repeat): fifo, sjf-oracle, qssf, las, kueue, ours, ours-oracle, "
+            "or NAME=policy.yaml"))] = None,  # noqa: B008
+        policy_file: Annotated[Path | None, typer.Option(help="base policy YAML (teams, tiers, weights)")] = None,
+        train_fraction: Annotated[float, typer.Option(help="share of jobs (by submit time) kept for training")] = 0.3,
+        retrain_days: Annotated[float | None, typer.Option(help="refit the trained predictor every K days")] = None,
+        starvation_hours: Annotated[float, typer.Option(help="a job waiting longer counts as starved")] = 24.0,
+        fairness_window_s: Annotated[float, typer.Option(help="window of the per-team share / Jain index")] = 3600.0,
+        default_checkpoint_s: Annotated[float, typer.Option(help=(
+            "checkpoint interval of jobs that do not say (inf: never)"))] = 3600.0,
+        progress: Annotated[bool, typer.Option(help="show a progress bar per replay")] = True,
+    ) -> None:
+        """Replay a job history on an inventory under several policies; write report.json + report.html.
+
+        Example: predictor simulate --jobs jobs.parquet --cluster 512 --policy fifo --policy ours --out out/
+        """
+        from predictor.sim.experiment import ExperimentConfig, run_experiment
+        from predictor.sim.metrics import MetricsConfig
+        from predictor.sim.replay import SimConfig
+        from predictor.sim.report import write_report
+
+        names = list(policy or [])
+        if not names:
+            raise InputError("name at least one --policy (fifo, sjf-oracle, qssf, las, kueue, ours, ours-oracle)")
+        if starvation_hours <= 0 or fairness_window_s <= 0 or default_checkpoint_s <= 0:
+            raise InputError("--starvation-hours, --fairness-window-s and --default-checkpoint-s must be positive")
+        inventory = parse_inventory(cluster)
+        frame, rejects = read_jobs(jobs)
+        if len(frame) == 0:
+            raise InputError(f"{jobs}: every row was rejected ({rejects['reject_reason'].value_counts().to_dict()})")
+        config = ExperimentConfig(
+            train_fraction=train_fraction,
+            retrain_every_s=None if retrain_days is None else retrain_days * 86400.0,
+            sim=SimConfig(default_checkpoint_s=default_checkpoint_s, show_progress=progress),
+            metrics=MetricsConfig(starvation_s=starvation_hours * 3600.0, fairness_window_s=fairness_window_s),
+        )
+        records, run = run_experiment(frame, inventory, names, config,
+                                      policy_file=None if policy_file is None else str(policy_file),
+                                      on_phase=lambda msg: _out.print(f"[dim]{msg}[/]"))
+        run = {"jobs_file": str(jobs), "cluster": cluster, "rows_rejected_by_validation": int(len(rejects)), **run}
+        out.mkdir(parents=True, exist_ok=True)
+        if len(rejects):
+            rejects.to_csv(out / "rejects.csv", index=False)
+            _out.print(f"{len(rejects):,} row(s) failed validation: {out / 'rejects.csv'}")
+        json_path, html_path = write_report(records, run, out, config.metrics)
+        _print_table(json_path)
+        typer.echo(f"wrote {json_path} and {html_path}")
+
+
+def _print_table(json_path: Path) -> None:
+    import json
+
+    from rich.table import Table
+
+    doc = json.loads(json_path.read_text())
+    table = Table(title="replay (seconds; full table in report.json / report.html)")
+    cols = {"avg_jct_s": "avg JCT", "p95_jct_s": "p95 JCT", "avg_wait_s": "avg wait", "max_wait_s": "max wait",
+            "utilization": "util", "jain_index": "Jain", "preemptions": "preempt", "gpu_hours_lost": "GPU-h lost"}
+    table.add_column("policy", no_wrap=True, min_width=max(len(n) for n in doc["policies"]))
+    for label in cols.values():
+        table.add_column(label, justify="right")
+
+    def fmt(v) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float) and abs(v) < 10:
+            return f"{v:.3f}"
+        return f"{v:,.0f}"
+
+    for name, m in doc["policies"].items():
+        table.add_row(name, *(fmt(m[c]) for c in cols))
+    Console().print(table)

@@ -1,0 +1,192 @@
+"""The seam between the replay and ``predictor.policy``: build a snapshot, call ``decide``.
+
+:class:`PolicyRules` is the replay's :class:`~predictor.sim.replay.RulesLayer` for one
+:class:`~predictor.policy.config.PolicyConfig`. Per call it turns the replay's arrays into a
+:class:`~predictor.policy.snapshot.ClusterSnapshot` with fancy indexing only (no per-job Python
+objects): the pending jobs' static columns are interned once per workload, the running jobs'
+allocations come from the cluster's slot table in CSR form, and team usage from a
+:class:`~predictor.policy.ledger.FairShareLedger` fed with every finished run plus the open runs
+(decayed in closed form, vectorised). Then it calls ``decide`` and hands the plan back: the replay
+acts on it. Nothing here orders, places, reserves or preempts.
+
+What the rules layer is told about a job that was preempted and requeued: its predicted duration
+minus the work it kept at its last checkpoint (what a deployment reads from the job's progress), its
+attained service (LAS), and its original submit time (age and FIFO order continue).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from predictor.capacity.inventory import Inventory
+from predictor.capacity.layout import ClusterLayout
+from predictor.policy.config import PolicyConfig
+from predictor.policy.decision import Decision
+from predictor.policy.ledger import FairShareLedger
+from predictor.policy.plan import SchedulePlan
+from predictor.policy.presets import load_policy as _load_policy
+from predictor.policy.scheduler import decide
+from predictor.policy.snapshot import ClusterSnapshot, PendingJobs, RunningJobs
+from predictor.sim.predictions import PredictionTable
+from predictor.sim.progress import JobProgress
+from predictor.sim.replay import SimView
+from predictor.sim.workload import NO_TEAM, JobTable
+
+__all__ = ["PolicyRules", "load_policy"]
+
+_LN2 = math.log(2.0)
+
+
+def load_policy(preset_or_path: str, *, base_file: str | None = None) -> PolicyConfig:
+    """A preset name (``fifo``, ``ours``...) laid over ``base_file`` (or the shipped default), or a
+    policy YAML file of one's own."""
+    from predictor.policy.presets import preset_names
+
+    if preset_or_path in preset_names():
+        return _load_policy(base_file, preset=preset_or_path)
+    return _load_policy(preset_or_path)
+
+
+def _codes(values: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
+    codes, uniques = pd.factorize(values.astype("string"), sort=True)
+    return codes.astype(np.int64), tuple(str(u) for u in uniques)
+
+
+class PolicyRules:
+    """``decide`` under one policy, on snapshots of a replay.
+
+    Parameters
+    ----------
+    name : str
+        The policy's name in reports.
+    policy : PolicyConfig
+    jobs : JobTable
+    inventory : Inventory
+    predictions : PredictionTable
+        What the policy is told about each job.
+    """
+
+    def __init__(self, name: str, policy: PolicyConfig, jobs: JobTable, inventory: Inventory,
+                 predictions: PredictionTable) -> None:
+        self.name = name
+        self.policy = policy
+        self.may_preempt = bool(policy.preemption.enabled)
+        self.jobs = jobs
+        self.layout = ClusterLayout.of(inventory)
+        self.pred = predictions
+        frame = jobs.frame
+        origin = jobs.origin_ts
+        # teams: the replay's codes minus the "(no team)" placeholder, which becomes -1
+        self.teams = tuple(t for t in jobs.teams if t != NO_TEAM)
+        remap = np.array([self.teams.index(t) if t != NO_TEAM else -1 for t in jobs.teams], dtype=np.int64)
+        self.team = remap[jobs.team_code]
+        self.tier, self.tiers = _codes(frame["tier"])
+        self.queue, self.queues = _codes(frame["queue"])
+        self.job_id = jobs.job_ids
+        self.submit_ts = jobs.submit_s + origin
+        self.deadline_ts = frame["deadline_ts"].to_numpy(dtype="float64")
+        self.time_limit_s = frame["time_limit_s"].to_numpy(dtype="float64")
+        self.checkpoint_s = jobs.checkpoint_s
+        self.requested = self._requested_types(frame["gpu_type"])
+        self.priority = np.zeros(len(jobs), dtype=np.int64)  # priority each job was last started with
+        self.gpus = jobs.milli_demand / 1000.0
+        # what the rules layer is told, updated when a run ends (kept work, memory learnt from a crash)
+        self.p10 = predictions.p10_s.copy()
+        self.p50 = predictions.p50_s.copy()
+        self.p90 = predictions.p90_s.copy()
+        self.peak_upper = predictions.peak_vram_upper_mib.copy()
+        self.half_life_s = float(policy.factors.fairshare.half_life_s)
+        self.ledger = FairShareLedger(self.half_life_s)
+
+    def _requested_types(self, gpu_type: pd.Series) -> np.ndarray | None:
+        """(n_jobs, n_types) bool of the type each job asked for; any type when the cluster lacks it."""
+        codes = np.array([self.layout.type_index(t) if isinstance(t, str) else -1
+                          for t in gpu_type.astype(object).where(gpu_type.notna(), None)], dtype=np.int64)
+        if (codes < 0).all():
+            return None
+        out = np.ones((len(codes), self.layout.n_types), dtype=bool)
+        asked = codes >= 0
+        out[asked] = False
+        out[np.flatnonzero(asked), codes[asked]] = True
+        return out
+
+    # -- replay hooks ------------------------------------------------------------------------------
+    def team_shares(self) -> dict[str, float]:
+        return {t: self.policy.share_of(t) for t in self.teams}
+
+    def job_started(self, j: int, decision: Decision) -> None:
+        self.priority[j] = int(decision.priority)
+
+    def job_stopped(self, j: int, begin_s: float, end_s: float, progress: JobProgress | None = None) -> None:
+        """A run of job ``j`` ended (finished, evicted, crashed): charge it to its team's usage, and
+        update what the rules layer will be told if the job comes back to the queue."""
+        team = self.team[j]
+        if team >= 0 and end_s > begin_s:
+            origin = self.jobs.origin_ts
+            self.ledger.charge(self.teams[team], float(self.gpus[j]), origin + begin_s, origin + end_s)
+        if progress is None:
+            return
+        kept = self.jobs.work_s[j] - progress.remaining[j]  # work saved by checkpoints so far
+        if kept > 0:
+            for mine, theirs in ((self.p10, self.pred.p10_s), (self.p50, self.pred.p50_s), (self.p90, self.pred.p90_s)):
+                mine[j] = max(theirs[j] - kept, 1.0) if np.isfinite(theirs[j]) else theirs[j]
+        if progress.memory_known[j]:
+            self.peak_upper[j] = self.jobs.peak_vram_mib[j]
+
+    # -- one cycle -------------------------------------------------------------------------------
+    def plan(self, view: SimView) -> SchedulePlan:
+        return decide(self.snapshot(view), self.policy)
+
+    def snapshot(self, view: SimView) -> ClusterSnapshot:
+        """The replay at ``view.now`` as the rules layer's frozen input."""
+        now_ts = view.now_ts
+        rows, offsets, gpus = view.cluster.allocations()
+        return ClusterSnapshot(now=now_ts, layout=self.layout, pending=self._pending(view),
+                               running=self._running(view, rows, offsets, gpus), teams=self.teams,
+                               tiers=self.tiers, queues=self.queues, team_usage_gpu_s=self._usage(view, now_ts, rows),
+                               free_milli=view.cluster.free_milli)
+
+    def _pending(self, view: SimView) -> PendingJobs:
+        rows = view.pending
+        p = self.pred
+        return PendingJobs(
+            job_id=self.job_id[rows], team=self.team[rows], tier=self.tier[rows], queue=self.queue[rows],
+            submit_ts=self.submit_ts[rows], num_gpus=self.jobs.num_gpus[rows], gpu_milli=self.jobs.gpu_milli[rows],
+            deadline_ts=self.deadline_ts[rows], time_limit_s=self.time_limit_s[rows],
+            p10_s=self.p10[rows], p50_s=self.p50[rows], p90_s=self.p90[rows],
+            peak_vram_upper_mib=self.peak_upper[rows], slowdown=p.slowdown[rows],
+            attained_gpu_s=view.progress.attained_gpu_s[rows], fallback=p.fallback[rows],
+            model_version=p.model_version[rows],
+            requested_types=None if self.requested is None else self.requested[rows],
+        )
+
+    def _running(self, view: SimView, rows: np.ndarray, offsets: np.ndarray, gpus: np.ndarray) -> RunningJobs:
+        prog, origin = view.progress, self.jobs.origin_ts
+        run_start = prog.run_start[rows]
+        start_ts = run_start + origin
+        cls = np.maximum(prog.placement_class[rows], 0)
+        left = self.p90[rows] * self.pred.slowdown[rows, cls]  # p90 minus kept work, on its placement
+        ckpt = self.checkpoint_s[rows]
+        elapsed = np.maximum(view.now - run_start, 0.0)
+        last_ckpt = start_ts + np.floor(elapsed / ckpt) * ckpt  # NaN where no interval is declared
+        return RunningJobs(
+            job_id=self.job_id[rows], team=self.team[rows], tier=self.tier[rows], queue=self.queue[rows],
+            num_gpus=np.diff(offsets), gpu_milli=self.jobs.gpu_milli[rows], start_ts=start_ts,
+            predicted_end_ts=start_ts + left, last_checkpoint_ts=last_ckpt, checkpoint_interval_s=ckpt,
+            priority=self.priority[rows], attained_gpu_s=prog.attained_gpu_s[rows] + elapsed * self.gpus[rows],
+            alloc_offsets=offsets, alloc_gpus=gpus,
+        )
+
+    def _usage(self, view: SimView, now_ts: float, rows: np.ndarray) -> np.ndarray:
+        """Decayed GPU-seconds per team: finished runs (ledger) plus the open runs, in closed form."""
+        closed = self.ledger.usage_array(now_ts, self.teams)
+        if len(rows) == 0:
+            return closed
+        team = self.team[rows]
+        elapsed = np.maximum(view.now - view.progress.run_start[rows], 0.0)
+        open_usage = self.gpus[rows] * self.half_life_s / _LN2 * (1.0 - np.exp2(-elapsed / self.half_life_s))
+        ok = team >= 0
+        return closed + np.bincount(team[ok], weights=open_usage[ok], minlength=len(self.teams))
