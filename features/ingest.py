@@ -3,7 +3,8 @@ the rejects beside it, and summarise.
 
 Memory stays bounded by the chunk size plus three things that grow with the log, each small:
 the set of job ids seen (64-bit hashes, 8 bytes per job, to catch duplicates across chunks; two
-different ids collide with probability about n^2 / 2^65, i.e. 3e-8 for a million jobs), the sets
+different ids collide with probability about n^2 / 2^65, i.e. 3e-8 for a million jobs, and a
+collision would reject a row as a duplicate, visibly, never drop it), the sets
 of distinct users and teams, and the rows still running when the log ends (bounded by the
 cluster's concurrency, not the log's length; see below).
 
@@ -219,7 +220,7 @@ class _RunState:
         result = validate(chunk, log_end_ts=self.log_end if self.log_end is not None else np.nan)
         jobs = result.jobs
         rejects.append(result.rejects)
-        hashes = pd.util.hash_array(jobs["job_id"].astype(object).to_numpy())
+        hashes = _id_hashes(jobs["job_id"])
         dup = self.seen.contains(hashes)
         if dup.any():
             again = jobs.loc[dup].copy()
@@ -298,10 +299,20 @@ class _SeenIds:
         return found
 
     def add(self, hashes: np.ndarray) -> None:
-        run = np.unique(hashes)
+        run = _sorted_unique(hashes)
         while self.runs and len(self.runs[-1]) <= 2 * len(run):
-            run = np.union1d(self.runs.pop(), run)
+            run = _sorted_unique(np.concatenate([self.runs.pop(), run]))
         self.runs.append(run)
+
+
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    values = np.sort(values)
+    return values[np.r_[True, values[1:] != values[:-1]]] if len(values) else values
+
+
+def _id_hashes(ids: pd.Series) -> np.ndarray:
+    """64-bit hashes of job ids (Python's string hash: stable within one run, which is all we need)."""
+    return np.fromiter(map(hash, ids.to_numpy(dtype=object)), dtype=np.int64, count=len(ids))
 
 
 @functools.cache

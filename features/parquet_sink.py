@@ -21,6 +21,9 @@ from features.schema import BOOL_COLUMNS, FLOAT_COLUMNS, STRING_COLUMNS
 
 __all__ = ["ParquetSink", "arrow_table"]
 
+#: Snappy: about twice as fast to write as zstd here, files about 60% larger.
+COMPRESSION = "snappy"
+
 _CANONICAL: dict[str, pa.DataType] = {
     **{c: pa.string() for c in STRING_COLUMNS},
     **{c: pa.float64() for c in FLOAT_COLUMNS},
@@ -74,7 +77,7 @@ class ParquetSink:
         path = self.base.with_name(f"{self.base.name}.part{len(self.parts)}.parquet")
         self.parts.append(path)
         self.schemas.append(table.schema)
-        self.writer = pq.ParquetWriter(path, table.schema, compression="zstd")
+        self.writer = pq.ParquetWriter(path, table.schema, **_write_options(table.schema))
         self.writer.write_table(table)
 
     def finish(self, dest: Path) -> None:
@@ -83,19 +86,30 @@ class ParquetSink:
             self.writer.close()
             self.writer = None
         if not self.parts:
-            pq.write_table(arrow_table(self.template), dest, compression="zstd")
+            table = arrow_table(self.template)
+            pq.write_table(table, dest, **_write_options(table.schema))
             return
         if len(self.parts) == 1:
             self.parts[0].replace(dest)
             return
         schema = _union(self.schemas)
-        with pq.ParquetWriter(dest, schema, compression="zstd") as writer:
+        with pq.ParquetWriter(dest, schema, **_write_options(schema)) as writer:
             for part in self.parts:
                 source = pq.ParquetFile(part)
                 for group in range(source.num_row_groups):
                     fitted = _fit(source.read_row_group(group), schema, lossy=True)
                     writer.write_table(fitted)
                 part.unlink()
+
+
+def _write_options(schema: pa.Schema) -> dict:
+    """Snappy, and dictionary encoding only for text columns with repeating values.
+
+    Dictionary-encoding float columns (times, mostly unique) costs about three times the rest of the
+    write and gains little; ids are unique by construction.
+    """
+    text = [f.name for f in schema if pa.types.is_string(f.type) and f.name != "job_id"]
+    return {"compression": COMPRESSION, "use_dictionary": text}
 
 
 def _fit(table: pa.Table, schema: pa.Schema, *, lossy: bool = False) -> pa.Table | None:

@@ -52,13 +52,7 @@ from features.sources._base import (
     require_columns,
     to_float,
 )
-from features.sources.slurm_fields import (
-    normalise_slurm_state,
-    parse_slurm_duration,
-    tres_count,
-    tres_gpu_type,
-    tres_memory_mib,
-)
+from features.sources.slurm_fields import normalise_slurm_state, parse_slurm_duration, parse_tres
 
 FIELDS = (
     "JobID", "JobName", "User", "Account", "Partition", "QOS", "Submit", "Start", "End", "Elapsed",
@@ -135,30 +129,45 @@ class SacctReader(Reader):
                 yield from _with_bad_lines(None, bad_lines)
 
     def _fold(self, table: pa.Table, *, final: bool) -> tuple[pd.DataFrame, pa.Table | None]:
-        """Fold steps and het components into jobs; hold back the last job when more rows follow."""
-        jid = pc.utf8_trim_whitespace(table["JobID"])
-        base = pc.replace_substring_regex(jid, pattern=r"\..*$", replacement="")
-        key = pc.replace_substring_regex(base, pattern=r"\+\d+$", replacement="")
+        """Fold steps and het components into jobs; hold back the last job when more rows follow.
+
+        Steps belong to the nearest job line above them (sacct's order); a step whose job key
+        differs from that line's is an orphan and is rejected.
+        """
+        jid = pc.utf8_trim_whitespace(table["JobID"]).combine_chunks()
+        base = pc.list_element(pc.split_pattern(jid, pattern=".", max_splits=1), 0)
+        has_plus = pc.fill_null(pc.match_substring(base, "+"), False)
+        key = pc.replace_substring_regex(base, pattern=r"\+\d+$", replacement="") if pc.any(has_plus).as_py() else base
         carry = None
         if not final:
-            keys = key.to_numpy(zero_copy_only=False)
-            differs = np.flatnonzero(keys != keys[-1])
+            differs = np.flatnonzero(pc.fill_null(pc.not_equal(key, key[-1]), True).to_numpy(zero_copy_only=False))
             cut = int(differs[-1]) + 1 if differs.size else 0
             if cut == 0:  # one job spans the whole chunk: keep reading
                 return pd.DataFrame(), table
             carry, table = table.slice(cut), table.slice(0, cut)
             jid, base, key = jid.slice(0, cut), base.slice(0, cut), key.slice(0, cut)
         step = pc.fill_null(pc.match_substring(jid, "."), False).to_numpy(zero_copy_only=False)
-        jobs_idx, steps_idx = np.flatnonzero(~step), np.flatnonzero(step)
-        jobs = self._job_rows(table.take(jobs_idx), key.take(jobs_idx))
-        job_het = pc.match_substring_regex(base.take(jobs_idx), r"\+\d+$").to_numpy(zero_copy_only=False)
-        if job_het.any():
-            jobs = _merge_het(jobs, job_het)
+        is_job = ~step
+        job_keys = key.filter(is_job)
+        jobs = self._job_rows(table.filter(is_job), job_keys)
         frames = [jobs]
-        if steps_idx.size:
-            usage = _step_usage(table.take(steps_idx), key.take(steps_idx))
-            frames.append(self._apply_usage(jobs, usage))
-        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else jobs, carry
+        if step.any():
+            owner = np.cumsum(is_job)[step] - 1  # index of the job line each step follows
+            step_keys = key.filter(step)
+            owned = owner >= 0
+            same = pc.equal(step_keys.filter(owned), job_keys.take(owner[owned]))
+            owned[owned] = pc.fill_null(same, False).to_numpy(zero_copy_only=False)
+            columns = [c for c in ("TRESUsageInMax", "AllocTRES", "NTasks", "NNodes", "State") if c in table.column_names]
+            _apply_usage(jobs, table.select(columns).filter(step), owner, owned)
+            if not owned.all():
+                orphans = pd.unique(step_keys.filter(~owned).to_numpy(zero_copy_only=False))
+                frames.append(reject_rows(
+                    ["job steps without their job line (sacct prints each job line right before its steps)"]
+                    * len(orphans), self.name, job_id=list(orphans)))
+        het = pc.fill_null(pc.match_substring_regex(base.filter(is_job), r"\+\d+$"), False).to_numpy(zero_copy_only=False)
+        if het.any():
+            frames[0] = _merge_het(jobs, het)
+        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0], carry
 
     def _job_rows(self, t: pa.Table, key: pa.Array) -> pd.DataFrame:
         n = t.num_rows
@@ -167,16 +176,27 @@ class SacctReader(Reader):
         start, bad_start = parse_timestamps(null_tokens(col["Start"], _NO_TIME), TIME_FORMAT, self.timezone)
         end, bad_end = parse_timestamps(null_tokens(col["End"], _NO_TIME), TIME_FORMAT, self.timezone)
         limit, bad_limit = parse_slurm_duration(col["Timelimit"])
-        elapsed, bad_elapsed = parse_slurm_duration(col["Elapsed"])
-        req, alloc = null_tokens(col["ReqTRES"], ()), null_tokens(col["AllocTRES"], ())
-        mem, bad_mem = tres_memory_mib(req, "mem", bare_unit="M")
-        gpus = _first_known(tres_count(req, "gres/gpu"), tres_count(alloc, "gres/gpu"))
-        has_tres = pc.fill_null(pc.is_valid(req), False).to_numpy(zero_copy_only=False)
+        state = normalise_slurm_state(col["State"])
+        running = pc.fill_null(pc.equal(state, "RUNNING"), False).to_numpy(zero_copy_only=False)
+        elapsed, bad_elapsed = np.full(n, np.nan), np.zeros(n, dtype=bool)
+        if running.any():  # Elapsed only matters for jobs still running (their observed duration)
+            elapsed[running], bad_elapsed[running] = parse_slurm_duration(col["Elapsed"].filter(running))
+        req = parse_tres(col["ReqTRES"], bare_unit="M")
+        has_tres = pc.fill_null(pc.not_equal(col["ReqTRES"], ""), False).to_numpy(zero_copy_only=False)
+        gpus, gpu_type, node, cpu = req.gpus, req.gpu_type, req.node, req.cpu
+        # AllocTRES fills what the request lacks: everything when ReqTRES is empty, the GPU model when
+        # the request was untyped (--gres=gpu:4 is allocated as gres/gpu:a100=4)
+        need = ~has_tres | ((np.nan_to_num(gpus) > 0) & pd.isna(gpu_type))
+        if need.any():
+            alloc = parse_tres(col["AllocTRES"].filter(need), bare_unit="M")
+            gpus, node, cpu = gpus.copy(), node.copy(), cpu.copy()
+            gpu_type = gpu_type.copy()
+            for target, source in ((gpus, alloc.gpus), (node, alloc.node), (cpu, alloc.cpu)):
+                target[need] = np.where(np.isnan(target[need]), source, target[need])
+            gpu_type[need] = np.where(pd.isna(gpu_type[need]), alloc.gpu_type, gpu_type[need])
         gpus = np.where(np.isnan(gpus) & has_tres, 0.0, gpus)  # a TRES list without GPUs: CPU job
         nnodes, _ = to_float(col["NNodes"])
         req_cpus, _ = to_float(col["ReqCPUS"])
-        state = normalise_slurm_state(col["State"])
-        running = pc.fill_null(pc.is_in(state, value_set=pa.array(["RUNNING"])), False).to_numpy(zero_copy_only=False)
         frame = pd.DataFrame({
             "job_id": _pd_str(key),
             "job_name": _pd_str(col["JobName"]),
@@ -185,62 +205,66 @@ class SacctReader(Reader):
             "queue": _pd_str(col["Partition"]),
             "tier": _pd_str(col["QOS"]),
             "num_gpus": gpus,
-            "gpu_type": _pd_str(pc.coalesce(tres_gpu_type(req), tres_gpu_type(alloc))),
-            "num_nodes": _first_known(tres_count(req, "node"), tres_count(alloc, "node"), nnodes),
-            "cpus": _first_known(tres_count(req, "cpu"), req_cpus, tres_count(alloc, "cpu")),
-            "mem_mib": mem,
+            "gpu_type": pd.Series(gpu_type, dtype="string"),
+            "num_nodes": _first_known(node, nnodes),
+            "cpus": _first_known(req.cpu, req_cpus, cpu),
+            "mem_mib": req.mem_mib,
             "time_limit_s": limit,
             "submit_ts": submit,
             "start_ts": start,
             "end_ts": end,
             "state": _pd_str(state),
             "duration_s": np.where(running, elapsed, np.nan),
+            "peak_vram_mib": np.nan,
             "source": self.name,
         })
         frame[READER_REJECT] = first_reason(n, [
             (bad_submit, "unparseable Submit time"), (bad_start, "unparseable Start time"),
             (bad_end, "unparseable End time"), (bad_limit, "unparseable Timelimit"),
-            (bad_elapsed, "unparseable Elapsed"), (bad_mem, "unparseable mem in ReqTRES"),
+            (bad_elapsed, "unparseable Elapsed"), (req.bad_memory, "unparseable mem in ReqTRES"),
         ])
         return frame
 
-    def _apply_usage(self, jobs: pd.DataFrame, usage: pd.DataFrame) -> pd.DataFrame:
-        """Set peak memory / OOM on ``jobs`` from step usage; return rejects for steps without a job."""
-        aligned = usage.reindex(pd.Index(jobs["job_id"].astype(object)))
-        per_task = jobs["num_gpus"].to_numpy() / np.maximum(np.nan_to_num(jobs["num_nodes"].to_numpy(), nan=1.0), 1.0)
-        gpus_per_task = aligned["gpus_per_task"].to_numpy()
-        gpus_per_task = np.where(np.isnan(gpus_per_task), per_task, gpus_per_task)
-        gpus_per_task = np.where(np.isnan(gpus_per_task) | (gpus_per_task < 1), 1.0, gpus_per_task)
-        jobs["peak_vram_mib"] = aligned["gpumem_mib"].to_numpy() / gpus_per_task
-        oom = aligned["oom"].fillna(False).to_numpy(dtype=bool) & (jobs["state"] == "FAILED").to_numpy()
-        jobs.loc[oom, "state"] = "OUT_OF_MEMORY"
-        orphans = usage.index[~usage.index.isin(jobs["job_id"].astype(object))]
-        return reject_rows(
-            ["job steps without their job line (sacct prints each job line right before its steps)"] * len(orphans),
-            self.name, job_id=list(orphans))
 
-
-def _step_usage(t: pa.Table, key: pa.Array) -> pd.DataFrame:
-    """Per job key: max GPU memory of a task, GPUs per task of that step, whether a step hit OOM."""
-    n = t.num_rows
-    usage = t["TRESUsageInMax"] if "TRESUsageInMax" in t.column_names else pa.nulls(n, _STR)
-    alloc = t["AllocTRES"] if "AllocTRES" in t.column_names else pa.nulls(n, _STR)
-    gpumem, _ = tres_memory_mib(usage, "gres/gpumem", bare_unit="B")
-    step_gpus = tres_count(alloc, "gres/gpu")
-    tasks, _ = to_float(t["NTasks"]) if "NTasks" in t.column_names else (np.full(n, np.nan), None)
-    nodes, _ = to_float(t["NNodes"]) if "NNodes" in t.column_names else (np.full(n, np.nan), None)
+def _apply_usage(jobs: pd.DataFrame, steps: pa.Table, owner: np.ndarray, owned: np.ndarray) -> None:
+    """Per-GPU peak memory and OOM from the steps onto the job rows they belong to (in place)."""
+    _apply_oom(jobs, steps, owner, owned)
+    if "TRESUsageInMax" not in steps.column_names:
+        return
+    measured = pc.fill_null(pc.match_substring(steps["TRESUsageInMax"], "gres/gpumem="), False)
+    measured = measured.to_numpy(zero_copy_only=False) & owned
+    if not measured.any():  # only steps that report GPU memory are parsed further
+        return
+    steps, owner = steps.filter(measured), owner[measured]
+    n = steps.num_rows
+    usage = parse_tres(steps["TRESUsageInMax"], bare_unit="B").gpumem_mib
+    step_gpus = parse_tres(steps["AllocTRES"], bare_unit="M").gpus if "AllocTRES" in steps.column_names \
+        else np.full(n, np.nan)
+    tasks = to_float(steps["NTasks"])[0] if "NTasks" in steps.column_names else np.full(n, np.nan)
+    nodes = to_float(steps["NNodes"])[0] if "NNodes" in steps.column_names else np.full(n, np.nan)
     divisor = np.where(np.isnan(tasks), nodes, tasks)
-    state = normalise_slurm_state(t["State"]) if "State" in t.column_names else pa.nulls(n, _STR)
-    frame = pd.DataFrame({
-        "key": key.to_numpy(zero_copy_only=False),
-        "gpumem_mib": gpumem,
-        "gpus_per_task": step_gpus / np.where(divisor > 0, divisor, np.nan),
-        "oom": pc.fill_null(pc.equal(state, "OUT_OF_MEMORY"), False).to_numpy(zero_copy_only=False),
-    })
-    # the step with the largest task peak decides the per-task divisor
-    frame = frame.sort_values("gpumem_mib", ascending=False, na_position="last", kind="stable")
-    return frame.groupby("key", sort=False).agg(
-        gpumem_mib=("gpumem_mib", "first"), gpus_per_task=("gpus_per_task", "first"), oom=("oom", "any"))
+    per_task = step_gpus / np.where(divisor > 0, divisor, np.nan)
+    job_per_task = jobs["num_gpus"].to_numpy()[owner] / np.maximum(
+        np.nan_to_num(jobs["num_nodes"].to_numpy()[owner], nan=1.0), 1.0)
+    per_task = np.where(np.isnan(per_task), job_per_task, per_task)
+    per_task = np.where(np.isnan(per_task) | (per_task < 1), 1.0, per_task)
+    peak_per_gpu = usage / per_task
+    hit = ~np.isnan(peak_per_gpu)
+    if hit.any():
+        peaks = jobs["peak_vram_mib"].to_numpy().copy()
+        np.fmax.at(peaks, owner[hit], peak_per_gpu[hit])
+        jobs["peak_vram_mib"] = peaks
+
+
+def _apply_oom(jobs: pd.DataFrame, steps: pa.Table, owner: np.ndarray, owned: np.ndarray) -> None:
+    """A job reported FAILED whose step ran out of memory is OUT_OF_MEMORY (older Slurm)."""
+    if "State" in steps.column_names:
+        oom_step = pc.fill_null(pc.match_substring_regex(steps["State"], r"^\s*(OUT_OF_MEMORY|OOM)\b"), False)
+        oom_step = oom_step.to_numpy(zero_copy_only=False) & owned
+        if oom_step.any():
+            oom = np.zeros(len(jobs), dtype=bool)
+            oom[owner[oom_step]] = True
+            jobs.loc[oom & (jobs["state"] == "FAILED").to_numpy(), "state"] = "OUT_OF_MEMORY"
 
 
 def _merge_het(jobs: pd.DataFrame, het: np.ndarray) -> pd.DataFrame:
@@ -254,6 +278,7 @@ def _merge_het(jobs: pd.DataFrame, het: np.ndarray) -> pd.DataFrame:
     merged["start_ts"] = grouped["start_ts"].min()
     merged["end_ts"] = grouped["end_ts"].max()
     merged["time_limit_s"] = grouped["time_limit_s"].max()
+    merged["peak_vram_mib"] = grouped["peak_vram_mib"].max()
     rank = {s: i for i, s in enumerate(_STATE_PRIORITY)}
     merged["state"] = grouped["state"].agg(
         lambda s: min(s.dropna(), key=lambda v: rank.get(v, -1), default=pd.NA))

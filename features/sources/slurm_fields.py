@@ -13,6 +13,8 @@ unit the field uses by default (MiB for requests, bytes for usage).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +24,7 @@ __all__ = [
     "format_slurm_duration",
     "normalise_slurm_state",
     "parse_slurm_duration",
+    "parse_tres",
     "tres_count",
     "tres_gpu_type",
     "tres_memory_mib",
@@ -56,13 +59,28 @@ def normalise_slurm_state(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     dropped. Blank stays null; unknown words pass through upper-cased.
     """
     text = pc.utf8_upper(pc.utf8_trim_whitespace(arr))
-    word = pc.replace_substring_regex(text, pattern=r"^([A-Z_]+).*$", replacement=r"\1")
-    word = pc.if_else(pc.equal(word, ""), pa.scalar(None, _STR), word)
     keys = pa.array(list(SLURM_STATES), _STR)
     values = pa.array(list(SLURM_STATES.values()), _STR)
-    idx = pc.index_in(word, value_set=keys)
-    mapped = pc.take(values, idx)
-    return pc.coalesce(mapped, word)
+    mapped = pc.take(values, pc.index_in(text, value_set=keys))
+    missing = pc.fill_null(pc.and_(pc.is_null(mapped), pc.not_equal(text, "")), False)
+    if pc.any(missing).as_py():  # only the rare "CANCELLED by 0" / "CANCELLED+" forms need the regex
+        word = pc.replace_substring_regex(text, pattern=r"^([A-Z_]+).*$", replacement=r"\1")
+        word = pc.if_else(pc.equal(word, ""), pa.scalar(None, _STR), word)
+        mapped = pc.coalesce(mapped, pc.take(values, pc.index_in(word, value_set=keys)), word)
+    return pc.if_else(pc.fill_null(pc.equal(text, ""), True), pa.scalar(None, _STR), mapped)
+
+
+_DURATION_PATTERNS = (
+    # [days-]hours:minutes:seconds, what sacct prints: tried first on every row
+    (r"^(?:(?P<d>\d+)-)?(?P<h>\d+):(?P<m>\d+):(?P<s>\d+(?:\.\d+)?)$", ("d", "h", "m", "s")),
+    # days-hours[:minutes]
+    (r"^(?P<d>\d+)-(?P<h>\d+)(?::(?P<m>\d+))?$", ("d", "h", "m")),
+    # minutes:seconds
+    (r"^(?P<m>\d+):(?P<s>\d+(?:\.\d+)?)$", ("m", "s")),
+    # minutes
+    (r"^(?P<m>\d+)$", ("m",)),
+)
+_SCALE = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 
 
 def parse_slurm_duration(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -75,35 +93,30 @@ def parse_slurm_duration(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, n
         Non-blank values that are neither a time span nor a no-limit word.
     """
     text = pc.utf8_trim_whitespace(arr)
-    blank = pc.fill_null(pc.equal(text, ""), True)
-    no_limit = pc.is_in(pc.utf8_upper(text), value_set=pa.array(_NO_LIMIT, _STR))
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
     n = len(text)
     total = np.full(n, np.nan)
-    matched = np.zeros(n, dtype=bool)
-    patterns = (
-        # days-hours[:minutes[:seconds]]
-        (r"^(?P<d>\d+)-(?P<h>\d+)(?::(?P<m>\d+)(?::(?P<s>\d+(?:\.\d+)?))?)?$", ("d", "h", "m", "s")),
-        # [hours:]minutes:seconds
-        (r"^(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+(?:\.\d+)?)$", ("h", "m", "s")),
-        # minutes
-        (r"^(?P<m>\d+)$", ("m",)),
-    )
-    scale = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-    for pattern, groups in patterns:
-        parts = pc.extract_regex(text, pattern=pattern)
-        hit = pc.fill_null(pc.is_valid(parts), False).to_numpy(zero_copy_only=False) & ~matched
+    todo = np.arange(n)
+    for pattern, groups in _DURATION_PATTERNS:
+        if not todo.size:
+            break
+        subset = text if todo.size == n else text.take(todo)
+        parts = pc.extract_regex(subset, pattern=pattern)
+        hit = pc.fill_null(pc.is_valid(parts), False).to_numpy(zero_copy_only=False)
         if not hit.any():
             continue
-        secs = np.zeros(n)
+        secs = np.zeros(len(subset))
         for g in groups:
             field = pc.struct_field(parts, g)
             field = pc.if_else(pc.equal(field, ""), pa.scalar(None, _STR), field)
-            vals = pc.cast(field, pa.float64()).to_numpy(zero_copy_only=False)
-            secs += np.nan_to_num(vals.astype("float64"), nan=0.0) * scale[g]
-        total[hit] = secs[hit]
-        matched |= hit
-    skip = pc.fill_null(pc.or_(blank, no_limit), True).to_numpy(zero_copy_only=False)
-    unparseable = ~matched & ~skip
+            secs += np.nan_to_num(pc.cast(field, pa.float64()).to_numpy(zero_copy_only=False).astype("float64")) * _SCALE[g]
+        total[todo[hit]] = secs[hit]
+        todo = todo[~hit]
+    blank = pc.fill_null(pc.equal(text, ""), True)
+    skip = pc.or_(blank, pc.is_in(pc.utf8_upper(text), value_set=pa.array(_NO_LIMIT, _STR)))
+    unparseable = np.zeros(n, dtype=bool)
+    unparseable[todo] = ~pc.fill_null(skip, True).to_numpy(zero_copy_only=False)[todo]
     return total, unparseable
 
 
@@ -119,71 +132,112 @@ def format_slurm_duration(seconds: float) -> str:
     return f"{days}-{hms}" if days else hms
 
 
-def _tres_field(arr: pa.Array | pa.ChunkedArray, key_regex: str) -> pa.Array:
-    """The raw value of the first ``key=value`` pair whose key matches ``key_regex`` (else null)."""
-    parts = pc.extract_regex(arr, pattern=rf"(?:^|,){key_regex}=(?P<v>[^,]*)")
-    return pc.struct_field(parts, "v")
+@dataclass(frozen=True)
+class Tres:
+    """The TRES fields the readers use, one value per input row (NaN / None when absent).
+
+    ``gpus`` is the untyped ``gres/gpu`` count, or the sum of the typed ``gres/gpu:<type>``
+    entries when only those are listed; ``gpu_type`` is the first typed entry's model.
+    """
+
+    cpu: np.ndarray
+    node: np.ndarray
+    gpus: np.ndarray
+    gpu_type: np.ndarray
+    mem_mib: np.ndarray
+    gpumem_mib: np.ndarray
+    bad_memory: np.ndarray
+
+
+def parse_tres(arr: pa.Array | pa.ChunkedArray, *, bare_unit: str) -> Tres:
+    """Split TRES strings into ``key=value`` pairs once (vectorised) and pick the keys we use.
+
+    ``bare_unit`` is the unit of a memory value without suffix: ``"M"`` (requests) or ``"B"`` (usage).
+    """
+    n = len(arr)
+    pairs = pc.split_pattern(pc.fill_null(arr, ""), ",")
+    parent = pc.list_parent_indices(pairs).to_numpy()
+    kv = pc.split_pattern(pc.list_flatten(pairs), "=", max_splits=1)
+    ok = pc.equal(pc.list_value_length(kv), 2)
+    kv, parent = pc.filter(kv, ok), parent[ok.to_numpy(zero_copy_only=False)]
+    keys, values = pc.list_element(kv, 0), pc.list_element(kv, 1)
+
+    def pick(key: str) -> tuple[np.ndarray, pa.Array]:
+        sel = pc.equal(keys, key)
+        return parent[sel.to_numpy(zero_copy_only=False)], pc.filter(values, sel)
+
+    def count(key: str) -> np.ndarray:
+        rows, vals = pick(key)
+        out = np.full(n, np.nan)
+        numbers, _ = _numbers(vals)
+        first = _first_per_row(rows)
+        out[rows[first]] = numbers[first]
+        return out
+
+    typed = pc.starts_with(keys, "gres/gpu:").to_numpy(zero_copy_only=False)
+    typed_rows = parent[typed]
+    typed_counts, _ = _numbers(pc.filter(values, typed))
+    typed_sum = np.full(n, np.nan)
+    if typed_rows.size:
+        sums = np.bincount(typed_rows, weights=np.nan_to_num(typed_counts), minlength=n)
+        typed_sum[np.unique(typed_rows)] = sums[np.unique(typed_rows)]
+    gpu_type = np.full(n, None, dtype=object)
+    if typed_rows.size:
+        names = pc.utf8_slice_codeunits(pc.filter(keys, typed), 9).to_numpy(zero_copy_only=False)
+        first = _first_per_row(typed_rows)
+        gpu_type[typed_rows[first]] = names[first]
+    gpus = count("gres/gpu")
+    gpus = np.where(np.isnan(gpus), typed_sum, gpus)
+    mem, bad_mem = _memory(*pick("mem"), n, bare_unit)
+    gpumem, bad_gpumem = _memory(*pick("gres/gpumem"), n, bare_unit)
+    return Tres(cpu=count("cpu"), node=count("node"), gpus=gpus, gpu_type=gpu_type, mem_mib=mem,
+                gpumem_mib=gpumem, bad_memory=bad_mem | bad_gpumem)
+
+
+def _first_per_row(rows: np.ndarray) -> np.ndarray:
+    """Positions of the first entry of each row in ``rows`` (entries are in row order)."""
+    if not rows.size:
+        return np.zeros(0, dtype=int)
+    return np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+
+
+def _numbers(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    ok = pc.match_substring_regex(values, r"^\d+(\.\d+)?$")
+    clean = pc.if_else(ok, values, pa.scalar(None, pa.string()))
+    return pc.cast(clean, pa.float64()).to_numpy(zero_copy_only=False).astype("float64"), ok
+
+
+_UNIT_MIB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
+
+
+def _memory(rows: np.ndarray, values: pa.Array, n: int, bare_unit: str) -> tuple[np.ndarray, np.ndarray]:
+    out, bad = np.full(n, np.nan), np.zeros(n, dtype=bool)
+    if not rows.size:
+        return out, bad
+    parts = pc.extract_regex(values, pattern=r"^(?P<n>\d+(?:\.\d+)?)(?P<u>[KMGTP]?)$")
+    number = pc.cast(pc.struct_field(parts, "n"), pa.float64()).to_numpy(zero_copy_only=False).astype("float64")
+    unit = pc.fill_null(pc.struct_field(parts, "u"), "").to_numpy(zero_copy_only=False)
+    factor = np.full(len(number), 1.0 if bare_unit == "M" else 1 / 1024**2)
+    for suffix, mult in _UNIT_MIB.items():
+        factor[unit == suffix] = mult
+    first = _first_per_row(rows)
+    out[rows[first]] = (number * factor)[first]
+    bad[rows[first]] = np.isnan(number[first])
+    return out, bad
 
 
 def tres_count(arr: pa.Array | pa.ChunkedArray, key: str) -> np.ndarray:
-    """Numeric value of TRES ``key`` (e.g. ``cpu``, ``node``, ``gres/gpu``); NaN when absent.
-
-    For ``gres/gpu`` the untyped total is used; when only typed entries exist
-    (``gres/gpu:a100=2,gres/gpu:v100=2``) their sum is returned.
-    """
-    parts = pc.extract_regex(arr, pattern=rf"(?:^|,){_escape(key)}=(?P<v>\d+(?:\.\d+)?)(?:,|$)")
-    values = pc.cast(pc.struct_field(parts, "v"), pa.float64()).to_numpy(zero_copy_only=False).astype("float64")
-    if key == "gres/gpu":
-        typed = _typed_gpu_sum(arr)
-        values = np.where(np.isnan(values), typed, values)
-    return values
-
-
-def _typed_gpu_sum(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Sum of ``gres/gpu:<type>=N`` entries (NaN when there are none)."""
-    total = np.full(len(arr), np.nan)
-    rest = arr
-    for _ in range(4):  # a job rarely asks for more than a couple of GPU types
-        parts = pc.extract_regex(rest, pattern=r"(?:^|,)gres/gpu:[^=,]+=(?P<v>\d+)(?P<tail>.*)$")
-        v = pc.cast(pc.struct_field(parts, "v"), pa.float64()).to_numpy(zero_copy_only=False).astype("float64")
-        hit = ~np.isnan(v)
-        if not hit.any():
-            break
-        total = np.where(hit, np.nan_to_num(total) + v, total)
-        rest = pc.struct_field(parts, "tail")
-    return total
+    """Numeric value of TRES ``key`` (``cpu``, ``node`` or ``gres/gpu``); NaN when absent."""
+    tres = parse_tres(arr, bare_unit="M")
+    return {"cpu": tres.cpu, "node": tres.node, "gres/gpu": tres.gpus}[key]
 
 
 def tres_gpu_type(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """GPU model named in a TRES string (``gres/gpu:a100=4`` -> ``a100``); null when untyped."""
-    parts = pc.extract_regex(arr, pattern=r"(?:^|,)gres/gpu:(?P<t>[^=,]+)=")
-    return pc.struct_field(parts, "t")
-
-
-_UNIT_MIB = {"": None, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
+    return pa.array(parse_tres(arr, bare_unit="M").gpu_type, pa.string())
 
 
 def tres_memory_mib(arr: pa.Array | pa.ChunkedArray, key: str, *, bare_unit: str) -> tuple[np.ndarray, np.ndarray]:
-    """Memory TRES ``key`` (``mem``, ``gres/gpumem``) in MiB.
-
-    ``bare_unit`` is the unit of a number without suffix: ``"M"`` for requests (Slurm's default),
-    ``"B"`` (bytes) for usage. Returns ``(mib, unparseable)``.
-    """
-    raw = _tres_field(arr, _escape(key))
-    parts = pc.extract_regex(raw, pattern=r"^(?P<n>\d+(?:\.\d+)?)(?P<u>[KMGTP]?)$")
-    number = pc.cast(pc.struct_field(parts, "n"), pa.float64()).to_numpy(zero_copy_only=False).astype("float64")
-    unit = pc.fill_null(pc.struct_field(parts, "u"), "").to_numpy(zero_copy_only=False)
-    factor = np.ones(len(number))
-    for suffix, mult in _UNIT_MIB.items():
-        sel = unit == suffix
-        if not sel.any():
-            continue
-        if suffix == "":
-            mult = 1.0 if bare_unit == "M" else 1 / 1024**2
-        factor[sel] = mult
-    unparseable = pc.fill_null(pc.and_(pc.is_valid(raw), pc.invert(pc.is_valid(parts))), False)
-    return number * factor, unparseable.to_numpy(zero_copy_only=False)
-
-
-def _escape(key: str) -> str:
-    return key.replace(".", r"\.")
+    """Memory TRES ``key`` (``mem`` or ``gres/gpumem``) in MiB, with a flag for unparseable values."""
+    tres = parse_tres(arr, bare_unit=bare_unit)
+    return (tres.mem_mib if key == "mem" else tres.gpumem_mib), tres.bad_memory

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from features.sources._base import DEFAULT_CHUNK_ROWS, READER_REJECT, TRACE_EPOCH_TS, Reader, reject_rows
 
@@ -99,7 +101,7 @@ class SwfReader(Reader):
         end = start + v[:, 3]
         procs = np.where(np.isnan(v[:, 7]), v[:, 4], v[:, 7])
         status = v[:, 10]
-        state = pd.Series(status).map(_STATUS).astype("string")
+        state = pd.Series(np.select([status == k for k in _STATUS], list(_STATUS.values()), None), dtype="string")
         partial = np.isin(status, _PARTIAL)
         frame = pd.DataFrame({
             "job_id": _ints_to_str(v[:, 0]),
@@ -184,12 +186,11 @@ def _is_number(token: bytes) -> bool:
 
 
 def _ints_to_str(values: np.ndarray) -> pd.Series:
-    """Integer-valued floats to strings (``12.0`` -> ``"12"``), NaN to null."""
-    s = pd.Series(values)
-    integral = (s.notna() & (s == np.floor(s))).to_numpy()
-    out = pd.Series(pd.NA, index=s.index, dtype="string")
-    out[integral] = s[integral].astype("int64").astype("string")
-    other = ~integral & s.notna().to_numpy()
-    if other.any():
-        out[other] = s[other].astype("string")
-    return out
+    """Integer-valued floats to strings (``12.0`` -> ``"12"``), NaN to null (vectorised in Arrow)."""
+    known = ~np.isnan(values)
+    integral = known & (values == np.floor(np.where(known, values, 0.0)))
+    text = pa.array(np.where(integral, values, 0).astype("int64"), mask=~integral).cast(pa.string())
+    if (known & ~integral).any():  # fractional ids are not expected in SWF; keep them readable
+        floats = pa.array(values, mask=~(known & ~integral)).cast(pa.string())
+        text = pc.coalesce(text, floats)
+    return pd.Series(pd.arrays.ArrowStringArray(text))
