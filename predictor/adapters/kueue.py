@@ -6,8 +6,8 @@ decision           what the adapter does (pending workloads only, where Kueue di
 =================  ==========================================================================
 priority           merge-patch ``Workload.spec.priority`` (int32, ``Decision.kueue_priority``);
                    Kueue orders and preempts by it and lets it change at any time
-queue              ``Workload.spec.queueName`` and, for a batch/v1 Job owner, its
-                   ``kueue.x-k8s.io/queue-name`` label (the label is what Kueue reads from jobs)
+queue              (opt-in, ``move_queues``) ``Workload.spec.queueName`` and, for a batch/v1 Job
+                   owner, its ``kueue.x-k8s.io/queue-name`` label (what Kueue reads from jobs)
 flavor             the owner Job's pod template ``nodeSelector`` {flavor label: GPU type}, which
                    Kueue honours when it assigns a ResourceFlavor (suspended Jobs only)
 placement          ``kueue.x-k8s.io/podset-required-topology`` (one node or one rack) or
@@ -87,7 +87,7 @@ class KueueAdapter:
     target = "kueue"
 
     def __init__(self, api_client: client.ApiClient | None = None, naming: KueueNaming | None = None,
-                 retry: RetryPolicy | None = None, clock: Callable[[], float] = time.time):
+                 retry: RetryPolicy | None = None, clock: Callable[[], float] = time.time, move_queues: bool = False):
         if api_client is None:
             from kubernetes import config as kube_config
 
@@ -102,6 +102,7 @@ class KueueAdapter:
         self.naming = naming or KueueNaming()
         self.retry = retry or RetryPolicy()
         self.clock = clock
+        self.move_queues = move_queues  # moving workloads between LocalQueues is opt-in
 
     # -- raw calls -----------------------------------------------------------------------------
 
@@ -163,7 +164,7 @@ class KueueAdapter:
             if w.priority != want:
                 ops.append(self._patch_workload(w, "set_priority", {"spec": {"priority": want}},
                                                 f"priority {w.priority} -> {want}"))
-            queue = dns_name(decision.queue) if decision.queue else None
+            queue = dns_name(decision.queue) if decision.queue and self.move_queues else None
             if queue and w.queue_name != queue:
                 ops.append(self._patch_workload(w, "set_queue", {"spec": {"queueName": queue}},
                                                 f"LocalQueue {w.queue_name} -> {queue}"))

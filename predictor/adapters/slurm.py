@@ -6,7 +6,7 @@ decision           what the adapter does (pending jobs only, and only where Slur
 priority           ``scontrol update jobid=N priority=P`` (an explicit priority freezes the
                    job's multifactor priority; ``scontrol hold N; scontrol release N`` undoes it)
 tier               ``scontrol update jobid=N qos=Q`` when ``tier_qos`` maps the tier to a QoS
-queue              ``scontrol update jobid=N partition=P``
+queue              ``scontrol update jobid=N partition=P`` (opt-in: ``set_partition``)
 time_limit_s       ``scontrol update jobid=N timelimit=M`` (minutes, rounded up): the predicted
                    p90 plus margin, so Slurm's backfill plans with it
 placement          ``scontrol update jobid=N reqnodelist=...`` for ``start`` decisions
@@ -60,7 +60,7 @@ class SlurmOptions:
     """Which parts of a decision the adapter writes into Slurm."""
 
     set_priority: bool = True
-    set_partition: bool = True
+    set_partition: bool = False  # moving a job to another partition is opt-in (--move-queues)
     set_time_limit: bool = True
     pin_nodes: bool = True
     tier_qos: Mapping[str, str] = field(default_factory=dict)

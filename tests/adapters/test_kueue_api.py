@@ -43,7 +43,7 @@ def cluster():
 @pytest.fixture
 def adapter(cluster):
     api, _, _ = cluster
-    return KueueAdapter(api, retry=RetryPolicy(max_attempts=2, base_delay_s=0.01), clock=lambda: NOW)
+    return KueueAdapter(api, retry=RetryPolicy(max_attempts=2, base_delay_s=0.01), clock=lambda: NOW, move_queues=True)
 
 
 def _wl(custom, ns, name):

@@ -4,6 +4,7 @@ started once for the session by tests/integration/slurm_cluster.py."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
 import pytest
@@ -223,3 +224,30 @@ def test_generated_configuration_is_accepted_by_slurm(cluster):
     cores = sorted({line.rsplit("Cores=", 1)[1] for line in lines})
     for c in cores:  # slurmd parsed every line with its Cores= list
         assert f"Cores={c} " in report.stderr + report.stdout
+
+
+def test_sync_once_applies_rules_layer_decisions(cluster, tmp_path, monkeypatch, capsys):
+    from predictor.cli import main
+
+    jobs = [cluster.submit("-A", team, f"--gres=gpu:{n}", "-c", "1", "--mem=100", "-t", "60")
+            for team, n in (("vision", 1), ("nlp", 2), ("research", 4))]
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(f"nodes:\n  - {{name: localhost, gpu_type: A10, gpus: {NODE_GPUS}, nvlink_islands: none}}\n")
+    monkeypatch.setenv("PREDICTOR_DATABASE_URL", f"sqlite:///{tmp_path / 'state.db'}")
+    args = ["sync", "--target", "slurm", "--once", "--decider", "rules", "--inventory", str(inventory),
+            "--slurm-conf", str(cluster.conf)]
+    before = _squeue(cluster, "%Q")
+    assert main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "3 pending, 0 running, 3 decision(s)" in out and f"would run: scontrol update jobid={jobs[0]} priority=" in out
+    assert _squeue(cluster, "%Q") == before  # a dry run changes nothing
+
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[0])
+    applied = {a["job_id"]: a for a in doc["applied"]}
+    assert set(applied) == set(jobs) and all(a["ok"] for a in applied.values())
+    after = _squeue(cluster, "%Q")
+    for job in jobs:
+        calls = [op["call"] for op in applied[job]["done"] if op["kind"] == "set_priority"]
+        assert calls == [f"scontrol update jobid={job} priority={after[job][0]}"]
+        assert after[job] != before[job]

@@ -45,7 +45,7 @@ def _calls(ops):
         (_decision(priority=Priority(5000)), _job(state="RUNNING"), []),  # running jobs are left alone
         (_decision(time_limit_s=3601.0), _job(), ["scontrol update jobid=7 timelimit=61"]),
         (_decision(time_limit_s=3600.0), _job(), []),
-        (_decision(queue="gpu-long"), _job(), ["scontrol update jobid=7 partition=gpu-long"]),
+        (_decision(queue="gpu-long"), _job(), []),  # moving partitions is opt-in
         (_decision(action="start", placement=Placement("A100-80GB", (("gpu02", 4), ("gpu01", 4)), "cross_node_same_rack")),
          _job(), ["scontrol update jobid=7 reqnodelist=gpu01,gpu02"]),
         (_decision(action="start", placement=Placement("A100-80GB", (("gpu02", 4), ("gpu01", 4)), "cross_node_same_rack")),
@@ -56,6 +56,11 @@ def _calls(ops):
 )
 def test_job_updates(decision, job, calls):
     assert _calls(_plan(decision, job)) == calls
+
+
+def test_partition_moves_when_enabled():
+    options = SlurmOptions(set_partition=True)
+    assert _calls(_plan(_decision(queue="gpu-long"), _job(), options=options)) == ["scontrol update jobid=7 partition=gpu-long"]
 
 
 def test_tier_to_qos_only_where_mapped():

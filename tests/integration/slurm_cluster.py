@@ -355,9 +355,9 @@ if __name__ == "__main__":
     demo = SlurmCluster(root=Path(tempfile.mkdtemp(prefix="slurm-demo-")))
     try:
         demo.start()
-        print(f"started in {demo.started_in_s:.1f} s; export SLURM_CONF={demo.conf}")
-        print("pids:", demo.pids())
-        print("press Ctrl-C to stop")
+        print(f"started in {demo.started_in_s:.1f} s; export SLURM_CONF={demo.conf}", flush=True)
+        print("pids:", demo.pids(), flush=True)
+        print("press Ctrl-C to stop", flush=True)
         signal.pause()
     except KeyboardInterrupt:
         pass

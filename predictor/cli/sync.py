@@ -1,0 +1,139 @@
+"""``predictor sync``: keep a Slurm or Kueue cluster in line with the predictor's decisions.
+
+Each pass reads the cluster's pending and running jobs, decides (in this process, or with
+``--service`` through a running ``predictor serve``), queues the decisions in the state store's
+outbox and delivers them with the adapter: at least once, idempotently, retried with backoff while
+the scheduler is unreachable. ``--dry-run`` prints the exact commands or API calls instead.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from features.errors import InputError
+from predictor.adapters.base import ClusterAdapter
+from predictor.adapters.sync_cycle import (
+    CycleReport,
+    DecisionSource,
+    EngineDecisions,
+    RulesDecisions,
+    ServiceDecisions,
+    deliver_deferred,
+    run_cycle,
+)
+
+ORDER = 70
+
+
+def make_adapter(target: str, slurm_conf: Path | None, kube_api_version: str, move_queues: bool = False) -> ClusterAdapter:
+    """The adapter for ``target`` (``slurm`` or ``kueue``)."""
+    if target == "slurm":
+        from predictor.adapters.slurm import SlurmAdapter, SlurmOptions
+        from predictor.adapters.slurm_commands import SlurmCommands
+
+        env = {"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}
+        return SlurmAdapter(SlurmCommands(env=env), options=SlurmOptions(set_partition=move_queues))
+    if target == "kueue":
+        from kubernetes.config import ConfigException
+
+        from predictor.adapters.kueue import KueueAdapter
+        from predictor.adapters.kueue_manifests import KueueNaming
+
+        try:
+            return KueueAdapter(naming=KueueNaming(api_version=kube_api_version), move_queues=move_queues)
+        except ConfigException as exc:
+            raise InputError(f"no Kubernetes credentials: {exc} (set KUBECONFIG or run in a pod)") from None
+    raise InputError(f"--target must be slurm or kueue, got {target!r}")
+
+
+def _print(report: CycleReport, dry_run: bool, as_json: bool) -> None:
+    head = f"{report.pending} pending, {report.running} running, {len(report.decisions)} decision(s)"
+    if as_json:
+        doc = {"pending": report.pending, "running": report.running, "dry_run": dry_run,
+               "planned": {j: [op.to_dict() for op in ops] for j, ops in report.planned.items()},
+               "applied": [r.to_dict() for r in report.applied]}
+        typer.echo(json.dumps(doc))
+        return
+    typer.echo(head)
+    for job_id, ops in report.planned.items():
+        if not ops:
+            typer.echo(f"  {job_id}: nothing to change")
+        for op in ops:
+            when = f" (after {op.not_before_ts - time.time():.0f} s)" if op.not_before_ts else ""
+            typer.echo(f"  {job_id}: would run{when}: {op.render()}")
+    for r in report.applied:
+        status = "ok" if r.ok else ("retry later" if r.retryable else "FAILED")
+        typer.echo(f"  {r.job_id}: {status}, {len(r.done)} change(s), {len(r.deferred)} deferred"
+                   + (f": {r.error}" if r.error else ""))
+        for op in r.done:
+            typer.echo(f"    done: {op.render()}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sync")
+    def sync_cmd(
+        target: Annotated[str, typer.Option("--target", help="slurm or kueue.")],
+        once: Annotated[bool, typer.Option("--once", help="One pass (waits for due eviction steps), then exit.")] = False,
+        interval: Annotated[float, typer.Option("--interval", min=1.0, help="Seconds between passes.")] = 60.0,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands/API calls; change nothing.")] = False,
+        service: Annotated[str | None, typer.Option("--service", help="URL of a running `predictor serve`.")] = None,
+        token: Annotated[str | None, typer.Option("--token", envvar="PREDICTOR_SYNC_TOKEN",
+                                                  help="Bearer token for --service.")] = None,
+        slurm_conf: Annotated[Path | None, typer.Option("--slurm-conf", help="slurm.conf of the cluster (SLURM_CONF).")] = None,
+        kube_api_version: Annotated[str, typer.Option("--kueue-api-version", help="v1beta2 or v1beta1.")] = "v1beta2",
+        max_wait: Annotated[float, typer.Option("--max-wait", help="--once: longest wait for eviction grace periods.")] = 300.0,
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON document per pass.")] = False,
+        decider: Annotated[str, typer.Option("--decider", help=(
+            "engine: model + rules in this process; rules: the rules layer alone (no model)."))] = "engine",
+        policy: Annotated[Path | None, typer.Option("--policy", help="Policy file (default: PREDICTOR_POLICY_FILE "
+                                                    "or the shipped one).")] = None,
+        inventory: Annotated[str | None, typer.Option("--inventory", help="Inventory for --decider rules.")] = None,
+        move_queues: Annotated[bool, typer.Option("--move-queues", help=(
+            "Also move jobs to the partition / LocalQueue a decision names (off: only priority and the rest)."))] = False,
+    ) -> None:
+        """Pull pending jobs, decide, and apply the decisions to Slurm or Kueue."""
+        adapter = make_adapter(target, slurm_conf, kube_api_version, move_queues)
+        source: DecisionSource
+        from predictor.config import Settings
+
+        settings = Settings()
+        if service:
+            source = ServiceDecisions(service, token)
+        elif decider == "engine":
+            from predictor.engine import build_engine
+
+            engine, _ = build_engine(settings)
+            source = EngineDecisions(engine)
+        elif decider == "rules":
+            from predictor.capacity.inventory_sources import load_inventory
+            from predictor.policy.presets import load_policy
+
+            spec = inventory or settings.inventory_file
+            if spec is None:
+                raise InputError("--decider rules needs --inventory (or PREDICTOR_INVENTORY_FILE) naming the cluster's nodes")
+            source = RulesDecisions(load_policy(policy or settings.policy_file), load_inventory(spec))
+        else:
+            raise InputError(f"--decider must be engine or rules, got {decider!r}")
+        db = None
+        if not dry_run:
+            from predictor.store import Database
+
+            db = Database(settings.database_url)
+            db.upgrade()
+        while True:
+            report = run_cycle(adapter, source, db, dry_run=dry_run)
+            _print(report, dry_run, as_json)
+            if once:
+                if db is not None and report.next_due_ts() is not None:
+                    extra = deliver_deferred(adapter, db, [report.next_due_ts()], max_wait)
+                    _print(CycleReport(report.pending, report.running, [], applied=extra), dry_run, as_json)
+                return
+            try:
+                time.sleep(interval)
+            except KeyboardInterrupt:
+                return
