@@ -191,15 +191,16 @@ class CapacityBook:
         return t, choice
 
     # ------------------------------------------------------------------ bookings
-    def take(self, gpus: np.ndarray, milli: int, end_ts: float) -> None:
-        """Book a start now: ``milli`` of each GPU in ``gpus`` until ``end_ts``."""
+    def take(self, gpus: np.ndarray, milli: np.ndarray | int, end_ts: float) -> None:
+        """Book ``milli`` (per GPU, or one value for all) of each GPU in ``gpus`` until ``end_ts``."""
+        gpus = np.asarray(gpus, dtype=np.int64)
         was_whole = self.free_milli[gpus] == MILLI
         was_any = self.free_milli[gpus] > 0
         self.free_milli[gpus] -= milli
         if (self.free_milli[gpus] < 0).any():
             raise RuntimeError("capacity book over-allocated a GPU (a placement ignored free capacity)")
         types = self.layout.gpu_type[gpus]
-        np.subtract.at(self.whole_free_by_type, types[was_whole], 1)
+        np.subtract.at(self.whole_free_by_type, types[was_whole & (self.free_milli[gpus] < MILLI)], 1)
         np.subtract.at(self.any_free_by_type, types[was_any & (self.free_milli[gpus] == 0)], 1)
         self.busy_until[gpus] = np.maximum(self.busy_until[gpus], end_ts)
         self.version += 1

@@ -276,6 +276,7 @@ class SnapshotBuilder:
             slowdown=np.array([s.slow for s in p], dtype=np.float64).reshape(len(p), len(PLACEMENT_CLASSES)),
             attained_gpu_s=[s.attained_s for s in p], fallback=[s.is_fallback for s in p],
             model_version=[s.version for s in p], requested_types=req,
+            gpu_request=None if req is None else ["|".join(s.type_names) or None for s in p],
         )
         free = np.full(lay.n_gpus, MILLI, dtype=np.int64)
         r = self._running

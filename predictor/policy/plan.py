@@ -150,7 +150,7 @@ class DecisionWriter:
                         f"{hours(self.policy.preemption.grace_s)} grace on {what}. {o.note}").strip()
             return f"Reserved {what} from {hours(o.start_ts - ctx.now)} from now. {o.note}".strip()
         if o.action == "reject":
-            return f"Can never run on this cluster: {o.note}"
+            return f"Can never run on this cluster: {o.note}."
         return f"Waits: {o.note or 'no capacity free for it now, and no reservation left this cycle'}"
 
     def why(self, factors: tuple[FactorScore, ...]) -> str:

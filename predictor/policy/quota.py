@@ -38,12 +38,15 @@ class QuotaBook:
         cfg = policy.quotas
         self.enabled = cfg.enabled
         self.borrowing = cfg.borrowing
-        n = len(teams)
-        self.teams = teams
+        # the cohort: the snapshot's teams, then configured teams with no job in the snapshot
+        names = tuple(teams) + tuple(t for t in policy.teams if t not in set(teams))
+        self.n_snapshot_teams = len(teams)
+        n = len(names)
+        self.teams = names
         nominal = np.full(n, np.inf)
         limit = np.full(n, np.inf)
-        shares = np.array([policy.share_of(t) for t in teams], dtype=np.float64)
-        for i, name in enumerate(teams):
+        shares = np.array([policy.share_of(t) for t in names], dtype=np.float64)
+        for i, name in enumerate(names):
             team = policy.teams.get(name)
             if team is not None and team.nominal_gpus is not None:
                 nominal[i] = team.nominal_gpus
@@ -72,8 +75,8 @@ class QuotaBook:
         return room >= demand - 1e-9
 
     def borrowing_teams(self) -> np.ndarray:
-        """Boolean per team code: usage above the nominal quota."""
-        return self.usage > self.nominal + 1e-9
+        """Boolean per snapshot team code: usage above the nominal quota."""
+        return (self.usage > self.nominal + 1e-9)[:self.n_snapshot_teams]
 
     def add(self, team: int, demand: float) -> None:
         if team >= 0:

@@ -395,10 +395,8 @@ class _Admission:
                                end_by_class=ends)
             if v is None:
                 continue
-            gpus, shares = milli_of(r, v.rows)
-            self.book.give_back(gpus, shares)
             c = v.placement.placement_class
-            self.book.take(v.placement.gpus, m, float(ends[c]))
+            self._hand_over(v.rows, v.placement.gpus, m, float(ends[c]), self.now + pc.grace_s)
             self.evicted[v.rows] = True
             if self.quota is not None:
                 for row in v.rows.tolist():
@@ -414,13 +412,31 @@ class _Admission:
         self.preempt_fail.setdefault(self._preempt_key(i, m), []).append((g, int(self.priority[i]), float(ends[-1])))
         return False
 
+    def _hand_over(self, victims: np.ndarray, gpus: np.ndarray, m: int, end: float, grace_end: float) -> None:
+        """Rule *eviction hand-over*: the preemptor gets its GPUs after the grace period; the rest of the
+        victims' shares stay held until then (no job of this cycle may start on them now)."""
+        book = self.book
+        freed_gpus, shares = milli_of(self.ctx.snapshot.running, victims)
+        before = book.free_milli.copy()
+        book.give_back(freed_gpus, shares)
+        book.take(gpus, m, end)
+        uniq = np.unique(freed_gpus)
+        freed = np.bincount(freed_gpus, weights=shares, minlength=book.layout.n_gpus)[uniq]
+        taken = np.zeros(book.layout.n_gpus)
+        taken[gpus] = m
+        from_freed = np.maximum(taken[uniq] - before[uniq], 0.0)
+        hold = np.minimum(freed - from_freed, book.free_milli[uniq]).astype(np.int64)
+        if (hold > 0).any():
+            book.take(uniq[hold > 0], hold[hold > 0], grace_end)
+
     def _never_note(self, i: int) -> str:
         p, lay, sizing = self.ctx.pending, self.ctx.layout, self.ctx.sizing
         g = int(p.num_gpus[i])
         pools = lay.gpus_of_type()
         if sizing.requested_missing[i] and p.requested_types is not None and not p.requested_types[i].all():
-            asked = [lay.gpu_types[k] for k in np.flatnonzero(p.requested_types[i])]
+            raw = p.gpu_request[i] if p.gpu_request is not None else None
+            asked = raw or "/".join(lay.gpu_types[k] for k in np.flatnonzero(p.requested_types[i]))
             have = ", ".join(f"{int(pools[k])} x {lay.gpu_types[k]}" for k in np.flatnonzero(p.requested_types[i]))
-            return f"needs {g} GPUs of {'/'.join(asked) or 'an unknown type'}; the cluster has {have or 'none'}"
+            return f"needs {g} GPUs of type {asked or '(none known)'}; the cluster has {have or 'none of it'}"
         largest = int(pools.max()) if len(pools) else 0
         return f"needs {g} GPUs of one type; the largest pool here has {largest}"

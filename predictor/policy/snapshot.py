@@ -53,6 +53,8 @@ class PendingJobs:
         Share of each GPU, 1..1000 (1000 = whole GPUs).
     requested_types : ndarray of bool, shape (n_jobs, n_types) or None
         GPU types (layout codes) the job accepts; None = any type.
+    gpu_request : ndarray of object or None
+        The request as written (``"V100M16|V100M32"``), for messages about types the cluster lacks.
     deadline_ts, time_limit_s : ndarray of float64
         NaN when none.
     p10_s, p50_s, p90_s : ndarray of float64
@@ -86,6 +88,7 @@ class PendingJobs:
     fallback: np.ndarray
     model_version: np.ndarray
     requested_types: np.ndarray | None = None
+    gpu_request: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         _check_len(self, len(self.job_id), skip=())
@@ -109,7 +112,7 @@ class PendingJobs:
     def from_columns(cls, *, job_id, submit_ts=None, num_gpus=None, gpu_milli=None, team=None, tier=None,
                      queue=None, deadline_ts=None, time_limit_s=None, p10_s=None, p50_s=None, p90_s=None,
                      peak_vram_upper_mib=None, slowdown=None, attained_gpu_s=None, fallback=None,
-                     model_version=None, requested_types=None) -> PendingJobs:
+                     model_version=None, requested_types=None, gpu_request=None) -> PendingJobs:
         """Build from arrays, filling absent columns with their "unknown" value (NaN, -1, 1.0...)."""
         job_id = np.asarray(job_id, dtype=object)
         n = len(job_id)
@@ -136,6 +139,7 @@ class PendingJobs:
             model_version=np.full(n, "fallback", dtype=object) if model_version is None
             else np.asarray(model_version, dtype=object),
             requested_types=None if requested_types is None else np.asarray(requested_types, dtype=bool),
+            gpu_request=None if gpu_request is None else np.asarray(gpu_request, dtype=object),
         )
 
 
