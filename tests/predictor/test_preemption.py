@@ -5,7 +5,7 @@ import pytest
 
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.policy.builders import SnapshotBuilder, make_job, make_running
-from predictor.policy.presets import load_policy, policy_from_mapping
+from predictor.policy.presets import policy_from_mapping
 from predictor.policy.scheduler import decide
 from predictor.policy.snapshot import RunningJobs
 from predictor.preemption import work_lost_s
