@@ -180,8 +180,13 @@ class KueueAdapter:
         wants_template = bool(d.flavor) or (d.action == "start" and d.placement is not None)
         if not (queue or wants_template):
             return []
-        job = self._call(f"GET Job {w.namespace}/{w.owner_name}", self.batch.read_namespaced_job, w.owner_name,
-                         w.namespace, _preload_content=False)
+        try:
+            job = self._call(f"GET Job {w.namespace}/{w.owner_name}", self.batch.read_namespaced_job,
+                             w.owner_name, w.namespace, _preload_content=False)
+        except SchedulerRejected as exc:
+            if "HTTP 404" in str(exc):
+                return []  # the Job is gone (its workload will follow): nothing to patch
+            raise
         meta, spec = job.get("metadata") or {}, job.get("spec") or {}
         template = spec.get("template") or {}
         body: dict[str, Any] = {}

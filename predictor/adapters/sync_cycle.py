@@ -20,12 +20,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import httpx
 import pandas as pd
 
 from features.errors import InputError
-from predictor.adapters.base import AppliedAction, ClusterAdapter, Operation
+from predictor.adapters.base import AppliedAction, ClusterAdapter, Operation, SchedulerError
 from predictor.adapters.delivery import decision_from_payload, deliver_due, enqueue_decisions
 from predictor.policy.decision import Decision
 from predictor.store.database import Database
@@ -102,14 +103,18 @@ class ServiceDecisions:
     url: str
     token: str | None = None
     timeout_s: float = 30.0
-    http: httpx.Client = field(init=False)
+    http: httpx.Client | None = None  # injectable (an in-process test client); built from url otherwise
 
     def __post_init__(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self.http = httpx.Client(base_url=self.url.rstrip("/"), headers=headers, timeout=self.timeout_s)
+        if self.http is None:
+            self.http = httpx.Client(base_url=self.url.rstrip("/"), headers=headers, timeout=self.timeout_s)
+        else:
+            self.http.headers.update(headers)
 
     def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
+            assert self.http is not None
             resp = self.http.request(method, path, **kw)
         except httpx.HTTPError as exc:
             raise InputError(f"service {self.url}: {method} {path} failed ({exc})") from None
@@ -127,7 +132,7 @@ class ServiceDecisions:
             if job is not None and job.get("status") == "pending":
                 start = row.get("start_ts")
                 event = {"kind": "started", **({"ts": float(start)} if start is not None and not pd.isna(start) else {})}
-                self._request("POST", f"/v1/jobs/{row['job_id']}/events", json=event)
+                self._request("POST", f"/v1/jobs/{quote(str(row['job_id']), safe='')}/events", json=event)
         wanted = set(jobs["job_id"].astype(str))
         return [decision_from_payload(j["decision"]) for job_id, j in tracked.items()
                 if job_id in wanted and j.get("decision")]
@@ -141,6 +146,7 @@ class CycleReport:
     running: int
     decisions: list[Decision]
     planned: dict[str, list[Operation]] = field(default_factory=dict)  # dry run: job id -> operations
+    errors: dict[str, str] = field(default_factory=dict)  # dry run: job id -> why it cannot be planned
     applied: list[AppliedAction] = field(default_factory=list)
 
     def next_due_ts(self) -> float | None:
@@ -158,7 +164,10 @@ def run_cycle(adapter: ClusterAdapter, source: DecisionSource, db: Database | No
     report = CycleReport(pending=len(pending), running=len(running), decisions=decisions)
     if dry_run:
         for d in decisions:
-            report.planned[d.job_id] = adapter.plan(d, now=now)
+            try:
+                report.planned[d.job_id] = adapter.plan(d, now=now)
+            except SchedulerError as exc:
+                report.errors[d.job_id] = str(exc)
         return report
     if db is None:
         raise InputError("sync needs the state store for its outbox (PREDICTOR_DATABASE_URL)")

@@ -56,6 +56,7 @@ def _print(report: CycleReport, dry_run: bool, as_json: bool) -> None:
     if as_json:
         doc = {"pending": report.pending, "running": report.running, "dry_run": dry_run,
                "planned": {j: [op.to_dict() for op in ops] for j, ops in report.planned.items()},
+               "errors": report.errors,
                "applied": [r.to_dict() for r in report.applied]}
         typer.echo(json.dumps(doc))
         return
@@ -66,6 +67,8 @@ def _print(report: CycleReport, dry_run: bool, as_json: bool) -> None:
         for op in ops:
             when = f" (after {op.not_before_ts - time.time():.0f} s)" if op.not_before_ts else ""
             typer.echo(f"  {job_id}: would run{when}: {op.render()}")
+    for job_id, error in report.errors.items():
+        typer.echo(f"  {job_id}: cannot plan: {error}")
     for r in report.applied:
         status = "ok" if r.ok else ("retry later" if r.retryable else "FAILED")
         typer.echo(f"  {r.job_id}: {status}, {len(r.done)} change(s), {len(r.deferred)} deferred"
