@@ -30,6 +30,7 @@ from features.history import (
     ended_events,
     history_state,
     merge_events,
+    numeric_column,
     object_column,
 )
 
@@ -44,7 +45,7 @@ __all__ = [
     "history_with",
 ]
 
-FEATURE_PIPELINE_VERSION = "1.0"
+FEATURE_PIPELINE_VERSION = "1.1"
 
 #: Bytes per parameter of each training precision (weights as stored during training).
 PRECISION_BYTES: dict[str, float] = {
@@ -72,7 +73,7 @@ _CALENDAR = ("hour_utc", "weekday", "weekend")
 _HISTORY_STATS = (
     "n", "mean_logd", "std_logd", "median_logd", "last1_logd", "last2_logd", "fail_rate",
     "log_gpu_hours", "mean_ratio", "last_ratio", "log_hours_since_last_end", "limit_vs_last",
-    "ratio_estimate",
+    "ratio_estimate", "last_ratio_estimate", "short_rate", "limit_rate",
 )
 _HISTORY = tuple(f"{kind}_{stat}" for kind in KEY_KINDS for stat in _HISTORY_STATS)
 
@@ -80,14 +81,7 @@ _HISTORY = tuple(f"{kind}_{stat}" for kind in KEY_KINDS for stat in _HISTORY_STA
 FEATURE_NAMES: tuple[str, ...] = (*_REQUEST, *_WORKLOAD, *_CALENDAR, *CATEGORICAL_FEATURES, *_HISTORY)
 
 
-def _num(jobs: pd.DataFrame, col: str) -> np.ndarray:
-    """A numeric column as float64 (NaN where absent or null)."""
-    if col not in jobs.columns:
-        return np.full(len(jobs), np.nan)
-    s = jobs[col]
-    if s.dtype == np.float64:
-        return s.to_numpy()
-    return pd.to_numeric(s, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+_num = numeric_column
 
 
 def _log(x: np.ndarray) -> np.ndarray:
@@ -100,22 +94,32 @@ def _history_block(state: HistoryState, submit: np.ndarray, time_limit: np.ndarr
     blocks = []
     log_limit = _log(time_limit)
     for kind in KEY_KINDS:
-        v = state.values[kind]
-        n_ended, n_dur = v[:, 0], v[:, 1]
+        def f(name: str, kind: str = kind) -> np.ndarray:
+            return state.get(kind, name)
+
+        n_ended, n_dur, n_ratio = f("n_ended"), f("n_dur"), f("n_ratio")
         with np.errstate(divide="ignore", invalid="ignore"):
-            mean = np.where(n_dur > 0, v[:, 2] / n_dur, np.nan)
-            var = np.where(n_dur > 1, v[:, 3] / n_dur - mean * mean, np.nan)
-            std = np.sqrt(np.maximum(var, 0.0))
-            fail = np.where(n_ended > 0, v[:, 5] / n_ended, np.nan)
-            mean_ratio = np.where(v[:, 7] > 0, v[:, 8] / v[:, 7], np.nan)
-            since = np.where(n_ended > 0, np.log1p(np.maximum(submit - v[:, 9], 0.0) / 3600.0), np.nan)
-            limit_vs_last = log_limit - _log(v[:, 15])
-        blocks.append(
-            np.column_stack([
-                n_ended, mean, std, v[:, 13], v[:, 10], v[:, 11], fail, np.log1p(v[:, 6]), mean_ratio,
-                v[:, 14], since, limit_vs_last, log_limit + mean_ratio,
-            ])
-        )
+            mean = np.where(n_dur > 0, f("sum_logd") / n_dur, np.nan)
+            var = np.where(n_dur > 1, f("sum_logd2") / n_dur - mean * mean, np.nan)
+            mean_ratio = np.where(n_ratio > 0, f("sum_ratio") / n_ratio, np.nan)
+            blocks.append(np.column_stack([
+                n_ended,
+                mean,
+                np.sqrt(np.maximum(var, 0.0)),
+                f("median_logd"),
+                f("last1_logd"),
+                f("last2_logd"),
+                np.where(n_ended > 0, f("n_fail") / n_ended, np.nan),
+                np.log1p(f("gpu_hours")),
+                mean_ratio,
+                f("last_ratio"),
+                np.where(n_ended > 0, np.log1p(np.maximum(submit - f("last_end_ts"), 0.0) / 3600.0), np.nan),
+                log_limit - _log(f("last_limit_s")),
+                log_limit + mean_ratio,
+                log_limit + f("last_ratio"),
+                np.where(n_dur > 0, f("n_short") / n_dur, np.nan),
+                np.where(n_ratio > 0, f("n_at_limit") / n_ratio, np.nan),
+            ]))
     return np.hstack(blocks)
 
 

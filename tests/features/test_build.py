@@ -69,21 +69,31 @@ def features(jobs: pd.DataFrame, history=None, builder: JobFeatureBuilder | None
     [
         ("train-llama-2024-05-01-run3", "train-llama-run"),
         ("eval_20240501T1200_seed7", "eval-seed"),
+        ("Llama3.1-8B-SFT", "llama-b-sft"),
         ("bert.base.v2", "bert-base-v"),
         ("12345", "12345"),  # SWF executable ids stay whole
         ("run_001", "run"),
     ],
-    ids=["date-and-run", "timestamp", "version", "numeric", "counter"],
+    ids=["date-and-run", "timestamp", "mixed-case", "version", "numeric", "counter"],
 )
 def test_family_key_strips_digits_and_dates(name: str, stripped: str) -> None:
     jobs = table(make_job("a").user("alice").name(name))
     assert family_keys(jobs)[0] == f"alice/{stripped}"
 
 
-def test_family_column_is_a_finer_key_where_present() -> None:
+def test_family_keys_agree_between_small_and_large_batches() -> None:
+    names = ["train-llama-2024-05-01-run3", "eval_20240501T1200_seed7", "bert.base.v2", "12345", "ÉTUDE-9", "--x--"]
+    jobs = table(*[make_job(f"j{i}").user(f"u{i % 3}").name(names[i % len(names)]) for i in range(600)])
+    large = family_keys(jobs)
+    small = np.concatenate([family_keys(jobs.iloc[i : i + 100]) for i in range(0, 600, 100)])
+    assert list(large) == list(small)
+
+
+def test_ground_truth_family_column_is_not_a_key() -> None:
+    """Requests scored by the service never carry the generator's family id: keys must not use it."""
     jobs = table(make_job("a").name("x1"), make_job("b").name("x2"))
     jobs["family"] = ["f-7", None]
-    assert list(family_keys(jobs)) == ["family:f-7", "u1/x"]
+    assert list(family_keys(jobs)) == ["u1/x", "u1/x"]
 
 
 def test_history_statistics_by_hand() -> None:
