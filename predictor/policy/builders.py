@@ -123,7 +123,8 @@ class RunningSpec:
         self.start, self.end, self.submit = 0.0, np.nan, np.nan
         self.ckpt_ts, self.ckpt_every = np.nan, np.nan
         self.prio = 0
-        self.attained_s = 0.0
+        self.attained_s = np.nan
+        self.type_names: tuple[str, ...] = ()
 
     def gpus(self, n: int, milli: int = MILLI) -> RunningSpec:
         self.num_gpus, self.gpu_milli = int(n), int(milli)
@@ -131,6 +132,11 @@ class RunningSpec:
 
     def share(self, milli: int) -> RunningSpec:
         self.num_gpus, self.gpu_milli = 1, int(milli)
+        return self
+
+    def types(self, *names: str) -> RunningSpec:
+        """GPU types it may have been placed on (when ``on`` is not given)."""
+        self.type_names = tuple(names)
         return self
 
     def on(self, node: str, gpus: Iterable[int] | None = None) -> RunningSpec:
@@ -171,6 +177,7 @@ class RunningSpec:
         return self
 
     def attained(self, gpu_s: float) -> RunningSpec:
+        """Service received up to now, this run included (default: this run only)."""
         self.attained_s = float(gpu_s)
         return self
 
@@ -236,7 +243,8 @@ class SnapshotBuilder:
         else:
             usable = free >= spec.gpu_milli
             choice = None
-            for t in range(lay.n_types):
+            kinds = [lay.type_index(t) for t in spec.type_names if lay.type_index(t) >= 0] or range(lay.n_types)
+            for t in kinds:
                 choice = find_gang(lay, usable & lay.type_masks[t], spec.num_gpus,
                                    free_milli=free if spec.gpu_milli < MILLI else None)
                 if choice is not None:
@@ -339,6 +347,9 @@ def snapshot_from_jobs(jobs: pd.DataFrame, cluster: Inventory | ClusterLayout, n
                 spec.tier(tier)
             if np.isfinite(p90):
                 spec.ends(spec.start + p90)
+            gpu_type = row.get("gpu_type")
+            if isinstance(gpu_type, str) and gpu_type:
+                spec.types(*[t for t in gpu_type.replace("|", ",").split(",") if t])
             ckpt = _num(row.get("checkpoint_interval_s"))
             if np.isfinite(ckpt):
                 spec.checkpoint_every(ckpt)

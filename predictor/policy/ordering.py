@@ -207,7 +207,8 @@ class LasOrdering:
 
     def running_priority(self, ctx: CycleContext) -> np.ndarray | None:
         r = ctx.snapshot.running
-        attained = r.attained_gpu_s + np.maximum(ctx.now - r.start_ts, 0.0) * r.num_gpus * (r.gpu_milli / MILLI)
+        this_run = np.maximum(ctx.now - r.start_ts, 0.0) * r.num_gpus * (r.gpu_milli / MILLI)
+        attained = np.where(np.isfinite(r.attained_gpu_s), r.attained_gpu_s, this_run)
         return self._priority(attained, r.submit_ts)[1]
 
     def explain(self, ctx: CycleContext, i: int) -> str:

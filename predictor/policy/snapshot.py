@@ -150,7 +150,10 @@ class RunningJobs:
     Job ``i`` holds ``gpu_milli[i]`` of each GPU in ``alloc_gpus[alloc_offsets[i]:alloc_offsets[i+1]]``.
     ``predicted_end_ts`` is the start plus the predicted p90 run time on the placement it got (NaN
     when unknown); ``priority`` the integer priority it was started with (the scale of
-    ``Decision.priority``); ``last_checkpoint_ts`` / ``checkpoint_interval_s`` NaN when unknown.
+    ``Decision.priority``); ``last_checkpoint_ts`` / ``checkpoint_interval_s`` NaN when unknown;
+    ``submit_ts`` the job's original submission (FIFO position under LAS; None: its start time);
+    ``attained_gpu_s`` the GPU-seconds of service it has received up to ``now``, earlier attempts and
+    the current run included (2D-LAS; NaN: the current run only, ``(now - start) x GPUs x share``).
     """
 
     job_id: np.ndarray
@@ -216,7 +219,7 @@ class RunningJobs:
             num_gpus=counts, gpu_milli=i64(gpu_milli, MILLI), start_ts=f64(start_ts, 0.0),
             predicted_end_ts=f64(predicted_end_ts), last_checkpoint_ts=f64(last_checkpoint_ts),
             checkpoint_interval_s=f64(checkpoint_interval_s), priority=i64(priority, 0),
-            attained_gpu_s=f64(attained_gpu_s, 0.0), alloc_offsets=offsets, alloc_gpus=flat,
+            attained_gpu_s=f64(attained_gpu_s), alloc_offsets=offsets, alloc_gpus=flat,
             submit_ts=None if submit_ts is None else np.where(np.isfinite(f64(submit_ts)), f64(submit_ts),
                                                               f64(start_ts, 0.0)),
         )
