@@ -83,6 +83,17 @@ _DURATION_PATTERNS = (
 _SCALE = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 
 
+def _distinct(arr: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
+    """The distinct values of ``arr`` and, per row, the index of its value (nulls included).
+
+    Limits, states and TRES strings repeat a lot; parsing each distinct value once is much cheaper.
+    """
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    encoded = pc.dictionary_encode(arr, null_encoding="encode")
+    return encoded.dictionary, encoded.indices.to_numpy(zero_copy_only=False)
+
+
 def parse_slurm_duration(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """Slurm time spans to seconds (float64, NaN for none/unlimited).
 
@@ -92,6 +103,12 @@ def parse_slurm_duration(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, n
     unparseable : ndarray of bool, shape (n,)
         Non-blank values that are neither a time span nor a no-limit word.
     """
+    values, index = _distinct(arr)
+    seconds, unparseable = _parse_durations(values)
+    return seconds[index], unparseable[index]
+
+
+def _parse_durations(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     text = pc.utf8_trim_whitespace(arr)
     if isinstance(text, pa.ChunkedArray):
         text = text.combine_chunks()
@@ -150,10 +167,17 @@ class Tres:
 
 
 def parse_tres(arr: pa.Array | pa.ChunkedArray, *, bare_unit: str) -> Tres:
-    """Split TRES strings into ``key=value`` pairs once (vectorised) and pick the keys we use.
+    """Split TRES strings into ``key=value`` pairs (vectorised, each distinct string once) and pick
+    the keys we use.
 
     ``bare_unit`` is the unit of a memory value without suffix: ``"M"`` (requests) or ``"B"`` (usage).
     """
+    values, index = _distinct(arr)
+    parsed = _parse_tres(values, bare_unit)
+    return Tres(**{name: getattr(parsed, name)[index] for name in Tres.__dataclass_fields__})
+
+
+def _parse_tres(arr: pa.Array, bare_unit: str) -> Tres:
     n = len(arr)
     pairs = pc.split_pattern(pc.fill_null(arr, ""), ",")
     parent = pc.list_parent_indices(pairs).to_numpy()
