@@ -68,9 +68,11 @@ def _strings(jobs: pd.DataFrame, col: str) -> np.ndarray:
 
 
 def _floats(frame: pd.DataFrame, col: str, fill: float = np.nan) -> np.ndarray:
+    """A float column; missing and non-finite values (an overflowing prediction) become ``fill``."""
     if col not in frame.columns:
         return np.full(len(frame), fill, dtype=np.float64)
-    return frame[col].to_numpy(dtype=np.float64, na_value=fill)
+    values = frame[col].to_numpy(dtype=np.float64, na_value=fill)
+    return np.where(np.isfinite(values), values, fill)
 
 
 def pending_arrays(jobs: pd.DataFrame, preds: pd.DataFrame, vocab: Vocabulary, layout: ClusterLayout,
@@ -89,9 +91,10 @@ def pending_arrays(jobs: pd.DataFrame, preds: pd.DataFrame, vocab: Vocabulary, l
         raise InputError(f"job {bad}: num_gpus must be at least 1 to be scheduled")
     submit = _floats(jobs, "submit_ts")
     milli = _floats(jobs, "gpu_milli", float(MILLI))
-    requested = None
+    requested = request = None
     types = _strings(jobs, "gpu_type")
     if any(t is not None for t in types):
+        request = types
         requested = np.ones((n, layout.n_types), dtype=bool)
         for i, t in enumerate(types):
             if t is not None:
@@ -113,20 +116,27 @@ def pending_arrays(jobs: pd.DataFrame, preds: pd.DataFrame, vocab: Vocabulary, l
         p90_s=_floats(preds, "duration_p90_s"), peak_vram_upper_mib=_floats(preds, "peak_vram_upper_mib"),
         slowdown=slowdown, attained_gpu_s=attained_gpu_s, fallback=fallback,
         model_version=preds["model_version"].to_numpy(dtype=object) if "model_version" in preds else None,
-        requested_types=requested,
+        requested_types=requested, gpu_request=request,
     )
 
 
-def _concat_pending(a: PendingJobs, b: PendingJobs, n_types: int) -> PendingJobs:
+def _absent(like: np.ndarray, n: int) -> np.ndarray:
+    """The value of an optional column for ``n`` jobs that do not give it: any GPU type (all True) for
+    type masks, None for object columns."""
+    if like.dtype == bool:
+        return np.ones((n, *like.shape[1:]), dtype=bool)
+    return np.full((n, *like.shape[1:]), None, dtype=like.dtype)
+
+
+def _concat_pending(a: PendingJobs, b: PendingJobs) -> PendingJobs:
     kw = {}
     for f in fields(PendingJobs):
         x, y = getattr(a, f.name), getattr(b, f.name)
-        if f.name == "requested_types":
-            if x is None and y is None:
-                kw[f.name] = None
-                continue
-            x = np.ones((len(a), n_types), dtype=bool) if x is None else x
-            y = np.ones((len(b), n_types), dtype=bool) if y is None else y
+        if x is None and y is None:
+            kw[f.name] = None
+            continue
+        x = _absent(y, len(a)) if x is None else x
+        y = _absent(x, len(b)) if y is None else y
         kw[f.name] = np.concatenate([x, y])
     return PendingJobs(**kw)
 
@@ -194,7 +204,7 @@ class QueuePicture:
         if len(self.running) and np.isin(candidates.job_id, self.running.job_id).any():
             dup = candidates.job_id[np.isin(candidates.job_id, self.running.job_id)][0]
             raise InputError(f"job {dup} is already running; score a new job id")
-        pending = _concat_pending(base, candidates, self.layout.n_types) if len(base) else candidates
+        pending = _concat_pending(base, candidates) if len(base) else candidates
         return QueuePicture(self.layout, vocab, pending, self.running, self.seq)
 
     def free_milli(self) -> np.ndarray:

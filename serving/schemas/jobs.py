@@ -17,14 +17,16 @@ JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]*$"
 EVENT_KINDS = ("started", "checkpointed", "finished", "failed", "preempted")
 
 Name = Annotated[str, Field(min_length=1, max_length=255)]
-NonNeg = Annotated[float, Field(ge=0)]
-Positive = Annotated[float, Field(gt=0)]
+#: Bounds keep every quantity physically meaningful (ten years of run time, a petabyte of memory...).
+TEN_YEARS_S = 10 * 365.25 * 86400
+NonNeg = Annotated[float, Field(ge=0, le=1e15)]
+Seconds = Annotated[float, Field(gt=0, le=TEN_YEARS_S, description="seconds")]
 Timestamp = Annotated[float, Field(ge=0, le=1e11, description="epoch seconds UTC")]
 Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
 Finetune = Literal[FINETUNE_METHODS]  # type: ignore[valid-type]
 PlacementClass = Literal[PLACEMENT_CLASSES]  # type: ignore[valid-type]
 
-_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, str_strip_whitespace=True)
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, str_strip_whitespace=True)
 
 
 class JobRequestFields(BaseModel):
@@ -42,9 +44,9 @@ class JobRequestFields(BaseModel):
     num_nodes: Annotated[float, Field(ge=1, le=100_000)] | None = None
     cpus: NonNeg | None = None
     mem_mib: NonNeg | None = None
-    time_limit_s: Positive | None = None
+    time_limit_s: Seconds | None = None
     deadline_ts: Timestamp | None = None
-    checkpoint_interval_s: Positive | None = None
+    checkpoint_interval_s: Seconds | None = None
     job_name: Annotated[str, Field(max_length=1024)] | None = None
     model_params: NonNeg | None = None
     precision: Precision | None = None
@@ -78,9 +80,9 @@ class JobUpdate(BaseModel):
     num_nodes: Annotated[float, Field(ge=1, le=100_000)] | None = None
     cpus: NonNeg | None = None
     mem_mib: NonNeg | None = None
-    time_limit_s: Positive | None = None
+    time_limit_s: Seconds | None = None
     deadline_ts: Timestamp | None = None
-    checkpoint_interval_s: Positive | None = None
+    checkpoint_interval_s: Seconds | None = None
     batch_size: NonNeg | None = None
     seq_len: NonNeg | None = None
 

@@ -1,0 +1,36 @@
+"""A bounded schemathesis run (its CLI, 4.x) against a real uvicorn: no input makes the API answer 5xx."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.serving.conftest import TOKENS
+from tests.serving.live import live_server, server_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def _schemathesis() -> list[str]:
+    exe = Path(sys.executable).with_name("schemathesis")
+    return [str(exe)] if exe.exists() else [shutil.which("schemathesis") or "schemathesis"]
+
+
+def test_no_generated_request_causes_a_server_error(tmp_path: Path) -> None:
+    """Boundary values of every field (coverage), random documents (fuzzing) and call sequences that
+    feed one operation's output to the next (stateful), as an admin (who may call everything)."""
+    env = server_env(f"sqlite:///{tmp_path / 'state.db'}", tmp_path)
+    with live_server(env, tmp_path / "uvicorn.log") as base:
+        run = subprocess.run(
+            [*_schemathesis(), "run", f"{base}/openapi.json", "--checks", "not_a_server_error",
+             "--max-examples", "10", "--seed", "20261129", "--phases", "coverage,fuzzing,stateful",
+             "--generation-database", "none", "--workers", "1", "--no-color",
+             "--header", f"Authorization: Bearer {TOKENS['admin'].token}"],
+            capture_output=True, text=True, timeout=540)
+    tail = run.stdout[-4000:] + run.stderr[-2000:]
+    assert run.returncode == 0, tail + "\n--- server log ---\n" + (tmp_path / "uvicorn.log").read_text()[-4000:]
+    assert "passed" in run.stdout and "Tested: 17" in run.stdout
