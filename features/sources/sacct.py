@@ -162,7 +162,7 @@ class SacctReader(Reader):
             if not owned.all():
                 orphans = pd.unique(step_keys.filter(~owned).to_numpy(zero_copy_only=False))
                 frames.append(reject_rows(
-                    ["job steps without their job line (sacct prints each job line right before its steps)"]
+                    ["job steps without their job line just above them"]
                     * len(orphans), self.name, job_id=list(orphans)))
         het = pc.fill_null(pc.match_substring_regex(base.filter(is_job), r"\+\d+$"), False).to_numpy(zero_copy_only=False)
         if het.any():

@@ -77,9 +77,10 @@ def print_summary(summary: IngestSummary, console: Console) -> None:
     table.add_row("rejected", rejected)
     for reason, count in summary.rejected_by_reason.items():
         table.add_row("", f"{count:,}  {reason}")
-    table.add_row("censored (not ended by log end)", f"{summary.censored:,}")
-    table.add_row("time span", f"{summary.first_submit or '-'} .. {summary.log_end or '-'}"
-                  + (f"  ({summary.span_days:g} days)" if summary.span_days is not None else ""))
+    table.add_row("censored (running at log end)", f"{summary.censored:,}")
+    table.add_row("first submit", summary.first_submit or "-")
+    span = f"  ({summary.span_days:g} days)" if summary.span_days is not None else ""
+    table.add_row("log end", (summary.log_end or "-") + span)
     table.add_row("users / teams", f"{summary.users:,} / {summary.teams:,}")
     table.add_row("GPU jobs", f"{summary.gpu_jobs:,}")
     types = ", ".join(f"{name} {count:,}" for name, count in list(summary.gpu_types.items())[:8])

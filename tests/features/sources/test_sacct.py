@@ -47,7 +47,7 @@ FIELDS = ("state", "num_gpus", "gpu_type", "num_nodes", "cpus", "mem_mib", "time
 
 REJECTED = {
     "6000": "unparseable Submit time",
-    "4000": "job steps without their job line (sacct prints each job line right before its steps)",
+    "4000": "job steps without their job line just above them",
     "5000": "malformed sacct line: expected 17 fields, found 3",
     "7000": "start before submit",
     "7001": "end before start",
