@@ -145,10 +145,13 @@ class SlurmCluster:
 
     def stop(self) -> None:
         """Stop every daemon by PID (SIGTERM, then SIGKILL), reap it, and drop the database."""
-        for name in reversed(list(self._procs)):
-            proc = self._procs.pop(name)
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        # slurmd and slurmctld together, then slurmdbd and munged (slurmctld reports to slurmdbd on exit)
+        for group in (("slurmd", "slurmctld"), ("slurmdbd", "munged")):
+            procs = [self._procs.pop(name) for name in group if name in self._procs]
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in procs:
                 try:
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
