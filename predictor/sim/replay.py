@@ -259,8 +259,6 @@ class Replay:
                 if j not in self.reservations:
                     self.recorder.reservations_made += 1
                 self.reservations[j] = res
-                for t in (res.start_ts - origin, res.expires_ts - origin):
-                    self._wake(t, now)
             elif d.action == "reject":
                 del self.pending[j]
                 self.reservations.pop(j, None)
@@ -269,6 +267,8 @@ class Replay:
                 self._finished += 1
             else:
                 raise PlanError(f"unknown action {d.action!r} for job {d.job_id}")
+        # the rules layer says when its plan may change without a job event (a reservation due, a
+        # victim passing its minimum runtime): decide again then, and only then
         revisit = getattr(plan, "revisit_at_ts", None)
         if revisit is not None:
             self._wake(revisit - origin, now)

@@ -138,7 +138,8 @@ class PolicyRules:
 
     # -- one cycle -------------------------------------------------------------------------------
     def plan(self, view: SimView) -> SchedulePlan:
-        return decide(self.snapshot(view), self.policy)
+        # the replay acts on decisions and never shows them: no readable sentences (same decisions)
+        return decide(self.snapshot(view), self.policy, explain=False)
 
     def snapshot(self, view: SimView) -> ClusterSnapshot:
         """The replay at ``view.now`` as the rules layer's frozen input."""

@@ -90,7 +90,7 @@ def test_a_job_the_rules_never_place_ends_the_replay_instead_of_hanging():
     assert metrics["max_wait_s"] == 15.0  # waited until the replay ended
 
 
-def test_reservation_wakes_the_rules_layer_up_when_it_is_due():
+def test_the_rules_layer_is_asked_again_when_its_plan_says_so():
     rows = JobRows().add("a", gpus=4, run=100).add("b", gpus=8, run=10, submit=1)
     origin = 1_700_000_000.0
     script = {
@@ -98,7 +98,11 @@ def test_reservation_wakes_the_rules_layer_up_when_it_is_due():
         1.0: [decision("b", "reserve", reservation=reservation("b", origin + 50, origin + 200, on(NODE, 8)))],
         100.0: [decision("b", "start", on(NODE, 8))],
     }
-    rec, rules = run(rows, script)
+    revisit = {1.0: origin + 50}  # the plan at t=1 says: look again at t=50
+    rules = ScriptedRules(timeline(script), revisit=revisit)
+    table, _ = load_workload(rows.frame())
+    inv = homogeneous_inventory(8)
+    rec = replay(table, inv, rules, NoPredictions().predict(table, inv))
     assert rules.calls == [0.0, 1.0, 50.0, 100.0]
     assert rec.reservations_made == 1 and rec.reservation_starts == 1
 

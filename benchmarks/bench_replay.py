@@ -1,0 +1,235 @@
+"""Benchmark of the trace replay: the policy x metric table on three workloads, the PAI validation,
+and replay speed.
+
+Sections (``--sections``, comma-separated; all by default):
+
+``philly``
+    The Philly-derived trace (Chronus ``trace_job_Philly_MIX1.csv``, semi-synthetic, 30,940 jobs
+    over 5.6 h, read with the ``philly-derived`` reader) on a homogeneous cluster of 8-GPU nodes
+    sized so the offered load is ~0.9 (1,232 GPUs; the trace names no cluster).
+``openb``
+    The openb pod list (Alibaba, real; 5,706 pods, GPU shares) on its own node inventory (1,213 GPU
+    nodes, 6,212 GPUs of 7 types). Its offered load is ~3 %, so every policy sees an idle cluster;
+    ``openb_x30`` replays it with submit times compressed 30x (~0.9 load), everything else equal.
+``synthetic``
+    ``features.synth.generate(n, cluster_gpus=G, target_load=0.9)`` (Philly-calibrated profile,
+    ground-truth durations, memory and slowdowns) on ``G`` GPUs.
+``pai``
+    The PAI-simulator validation (``predictor.sim.pai_shape``): FIFO and SJF (oracle), both greedy
+    without preemption as in the PAI simulator, on 20,000 PAI-shaped jobs on one 6,500-GPU node;
+    compared with ``../shared/data/stats/pai_simulator_result_0228.log``.
+``speed``
+    Wall time and events/s of a 100,000-job replay on 1,000 GPUs per policy (target < 60 s on one
+    core), and of a 1,000,000-job replay (target < 15 min) for the policies named in
+    ``--million-policies``.
+
+Each workload section replays every policy of the issue (``fifo sjf-oracle qssf las kueue ours
+ours-oracle``; ``--policies`` to choose) through ``predictor.sim.experiment.run_experiment`` with a
+30 % training prefix, and evaluates the issue's targets for ``ours``: average JCT at least 25 % below
+FIFO's, within 10 % of sjf-oracle's, max wait no worse than FIFO's, Jain's index at least FIFO's.
+
+Prints one JSON document. Run: ``.venv/bin/python benchmarks/bench_replay.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from features.schema import validate
+from predictor.capacity.inventory import homogeneous_inventory
+from predictor.sim.experiment import POLICIES, ExperimentConfig, run_experiment
+from predictor.sim.metrics import policy_metrics
+from predictor.sim.replay import SimConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("PREDICTOR_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+def _log(msg: str) -> None:
+    print(f"[bench_replay] {msg}", file=sys.stderr, flush=True)
+
+
+def read_format(fmt: str, path: Path) -> pd.DataFrame:
+    from features.sources import read_chunks
+
+    frame = pd.concat(list(read_chunks(fmt, [path])), ignore_index=True)
+    return validate(frame).jobs
+
+
+def targets(table: dict) -> dict:
+    """The issue's targets for ``ours`` against ``fifo`` and ``sjf-oracle`` (None where one is missing)."""
+    p = table
+    if not {"ours", "fifo"} <= set(p):
+        return {}
+    ours, fifo = p["ours"], p["fifo"]
+    out = {
+        "avg_jct_cut_vs_fifo": 1.0 - ours["avg_jct_s"] / fifo["avg_jct_s"],
+        "avg_jct_cut_vs_fifo_ok": bool(ours["avg_jct_s"] <= 0.75 * fifo["avg_jct_s"]),
+        "max_wait_no_worse_than_fifo": bool(ours["max_wait_s"] <= fifo["max_wait_s"]),
+        "jain_at_least_fifo": bool(ours["jain_index"] >= fifo["jain_index"] - 1e-9),
+    }
+    if "sjf-oracle" in p:
+        out["avg_jct_vs_sjf_oracle"] = ours["avg_jct_s"] / p["sjf-oracle"]["avg_jct_s"] - 1.0
+        out["within_10pct_of_sjf_oracle"] = bool(ours["avg_jct_s"] <= 1.1 * p["sjf-oracle"]["avg_jct_s"])
+    return out
+
+
+def compare(name: str, jobs: pd.DataFrame, inventory, policies: list[str], cfg: ExperimentConfig) -> dict:
+    _log(f"{name}: {len(jobs):,} jobs on {inventory.total_gpus:,} GPUs, policies {', '.join(policies)}")
+    t0 = time.perf_counter()
+    records, run = run_experiment(jobs, inventory, policies, cfg, on_phase=lambda m: _log(f"{name}: {m}"))
+    table, speed, extra = {}, {}, {}
+    for rec in records:
+        metrics, more = policy_metrics(rec, cfg.metrics)
+        table[rec.policy] = metrics
+        speed[rec.policy] = more["replay"]
+        extra[rec.policy] = {k: more[k] for k in ("jobs_finished", "jobs_rejected", "jobs_failed_oom",
+                                                  "jobs_unfinished", "oom_failures", "utilization_while_jobs_arrive")}
+    return {"jobs_replayed": run["jobs_replayed"], "gpus": inventory.total_gpus, "run": run, "policies": table,
+            "extra": extra, "speed": speed, "targets": targets(table), "wall_s": time.perf_counter() - t0}
+
+
+def section_philly(policies: list[str], cfg: ExperimentConfig, quick: bool) -> dict:
+    jobs = read_format("philly-derived", SHARED / "philly-derived/trace_job_Philly_MIX1.csv")
+    if quick:
+        jobs = jobs.sort_values("submit_ts").head(6000)
+    span = jobs["submit_ts"].max() - jobs["submit_ts"].min()
+    load_gpus = float((jobs["num_gpus"] * jobs["duration_s"]).sum() / span / 0.9)
+    gpus = max(int(np.ceil(load_gpus / 8.0)) * 8, int(jobs["num_gpus"].max()))
+    out = compare("philly", jobs, homogeneous_inventory(gpus), policies, cfg)
+    out["cluster"] = f"homogeneous, {gpus} GPUs in 8-GPU nodes (offered load 0.9 over the trace span)"
+    return out
+
+
+def section_openb(policies: list[str], cfg: ExperimentConfig, quick: bool) -> dict:
+    from predictor.capacity.inventory_sources import load_inventory
+
+    jobs = read_format("openb", SHARED / "openb-2023/openb_pod_list_default.csv")
+    inventory = load_inventory(SHARED / "openb-2023/openb_node_list_gpu_node.csv")
+    out = {"as_recorded": compare("openb", jobs, inventory, policies, cfg)}
+    squeezed = jobs.copy()
+    first = squeezed["submit_ts"].min()
+    squeezed["submit_ts"] = first + (squeezed["submit_ts"] - first) / 30.0
+    shift = squeezed["submit_ts"] - jobs["submit_ts"]
+    for col in ("start_ts", "end_ts", "deadline_ts"):
+        squeezed[col] = squeezed[col] + shift
+    out["arrivals_compressed_30x"] = compare("openb_x30", squeezed, inventory, policies, cfg)
+    return out
+
+
+def section_synthetic(policies: list[str], cfg: ExperimentConfig, n_jobs: int, gpus: int) -> dict:
+    from features.synth import generate
+
+    jobs = generate(n_jobs, seed=11, cluster_gpus=gpus, target_load=0.9)
+    out = compare("synthetic", jobs, homogeneous_inventory(gpus), policies, cfg)
+    out["workload"] = f"features.synth.generate({n_jobs}, seed=11, cluster_gpus={gpus}, target_load=0.9)"
+    return out
+
+
+def section_pai(quick: bool) -> dict:
+    from predictor.policy.config import QueueingConfig
+    from predictor.sim.pai_shape import PAI_GPUS, pai_shaped_jobs, read_pai_simulator_log
+    from predictor.sim.predictions import NoPredictions, OraclePredictions
+    from predictor.sim.replay import replay
+    from predictor.sim.rules import PolicyRules, load_policy
+    from predictor.sim.workload import load_workload
+
+    n = 4000 if quick else 20_000
+    gpus = PAI_GPUS * n // 20_000
+    jobs = validate(pai_shaped_jobs(n)).jobs
+    table, _ = load_workload(jobs)
+    inv = homogeneous_inventory(gpus, gpus_per_node=gpus)  # one big node: no topology, as in the PAI run
+    greedy = QueueingConfig(strategy="best_effort", scope="cluster")  # PAI's FIFO skips jobs that do not fit
+    out: dict = {"jobs": n, "gpus": gpus, "policies": {}}
+    for name, preset, source in (("FIFO", "fifo", NoPredictions()), ("SJF", "sjf-oracle", OraclePredictions())):
+        policy = load_policy(preset).model_copy(update={"queueing": greedy})
+        preds = source.predict(table, inv)
+        _log(f"pai: replaying {n:,} jobs under {name}")
+        rec = replay(table, inv, PolicyRules(name, policy, table, inv, preds), preds, SimConfig())
+        metrics, more = policy_metrics(rec)
+        out["policies"][name] = {"avg_jct_s": metrics["avg_jct_s"], "avg_wait_s": metrics["avg_wait_s"],
+                                 "makespan_s": metrics["makespan_s"], "wall_s": rec.wall_s,
+                                 "events_per_s": more["replay"]["events_per_s"]}
+    ours = out["policies"]
+    out["ratio_fifo_over_sjf"] = ours["FIFO"]["avg_jct_s"] / ours["SJF"]["avg_jct_s"]
+    log = SHARED / "stats/pai_simulator_result_0228.log"
+    if log.exists():
+        ref = read_pai_simulator_log(log)
+        out["published"] = {k: {"avg_jct_s": v.avg_jct_s, "avg_wait_s": v.avg_wait_s, "makespan_s": v.makespan_s}
+                            for k, v in ref.items() if k in ("FIFO", "SJF")}
+        out["published_ratio_fifo_over_sjf"] = ref["FIFO"].avg_jct_s / ref["SJF"].avg_jct_s
+    return out
+
+
+def section_speed(policies: list[str], million_policies: list[str], quick: bool) -> dict:
+    from features.synth import generate
+
+    out: dict = {}
+    for n, gpus, names, label in ((100_000, 1000, policies, "100k_jobs_1000_gpus"),
+                                  (1_000_000, 1000, million_policies, "1m_jobs_1000_gpus")):
+        if quick:
+            n //= 10
+        if not names:
+            continue
+        _log(f"speed: generating {n:,} jobs")
+        jobs = generate(n, seed=5, cluster_gpus=gpus, target_load=0.9)
+        cfg = ExperimentConfig(train_fraction=0.0, sim=SimConfig())
+        res = {}
+        for name in names:
+            t0 = time.perf_counter()
+            records, _ = run_experiment(jobs, homogeneous_inventory(gpus), [name], cfg,
+                                        on_phase=lambda m, label=label: _log(f"speed {label}: {m}"))
+            rec = records[0]
+            res[name] = {"jobs": n, "wall_s": time.perf_counter() - t0, "replay_wall_s": rec.wall_s,
+                         "events": rec.events, "events_per_s": rec.events / rec.wall_s,
+                         "decide_calls": rec.decide_calls, "decide_s": rec.decide_s}
+            _log(f"speed {label} {name}: {res[name]}")
+        out[label] = res
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sections", default="philly,openb,synthetic,pai,speed")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--speed-policies", default="fifo,ours")
+    ap.add_argument("--million-policies", default="fifo")
+    ap.add_argument("--synthetic-jobs", type=int, default=20_000)
+    ap.add_argument("--synthetic-gpus", type=int, default=512)
+    ap.add_argument("--quick", action="store_true", help="smaller workloads (a smoke run)")
+    args = ap.parse_args(argv)
+    sections = [s for s in args.sections.split(",") if s]
+    policies = [p for p in args.policies.split(",") if p]
+    cfg = ExperimentConfig(train_fraction=0.3)
+    doc: dict = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+                 "load_average_at_start": os.getloadavg()[0], "quick": args.quick}
+    if not SHARED.is_dir() and {"philly", "openb", "pai"} & set(sections):
+        _log(f"shared data folder {SHARED} is missing: skipping philly, openb and pai")
+        sections = [s for s in sections if s not in ("philly", "openb", "pai")]
+    if "philly" in sections:
+        doc["philly_derived"] = section_philly(policies, cfg, args.quick)
+    if "openb" in sections:
+        doc["openb"] = section_openb(policies, cfg, args.quick)
+    if "synthetic" in sections:
+        n = args.synthetic_jobs // (5 if args.quick else 1)
+        doc["synthetic"] = section_synthetic(policies, cfg, n, args.synthetic_gpus)
+    if "pai" in sections:
+        doc["pai_validation"] = section_pai(args.quick)
+    if "speed" in sections:
+        doc["speed"] = section_speed([p for p in args.speed_policies.split(",") if p],
+                                     [p for p in args.million_policies.split(",") if p], args.quick)
+    print(json.dumps(doc, indent=2, default=lambda o: None if isinstance(o, float) and not np.isfinite(o) else str(o)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
