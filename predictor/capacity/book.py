@@ -85,6 +85,7 @@ class CapacityBook:
         self.version = 0  # bumped by every booking; keys the caches below
         self._sorted_busy: dict[int, tuple[int, np.ndarray]] = {}
         self._by_class: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
+        self._lendable: dict[int, tuple[int, np.ndarray]] = {}
         whole = self.free_milli == MILLI
         self.whole_free_by_type = np.bincount(layout.gpu_type[whole], minlength=layout.n_types)
         self.any_free_by_type = np.bincount(layout.gpu_type[self.free_milli > 0], minlength=layout.n_types)
@@ -95,6 +96,19 @@ class CapacityBook:
         if milli >= MILLI:
             return bool(self.whole_free_by_type[type_code] >= num_gpus)
         return bool(self.any_free_by_type[type_code] >= num_gpus)
+
+    def whole_free_until(self, type_code: int, end_ts: float) -> int:
+        """Wholly free GPUs of the type that a job ending at ``end_ts`` may use now (reservations
+        respected, topology ignored): a tight necessary condition for a whole-GPU start."""
+        if not self.any_reserved:
+            return int(self.whole_free_by_type[type_code])
+        hit = self._lendable.get(type_code)
+        if hit is None or hit[0] != self.version:
+            free = self.layout.type_masks[type_code] & (self.free_milli == MILLI)
+            hit = (self.version, np.sort(self.reserved_from[free]))
+            self._lendable[type_code] = hit
+        ordered = hit[1]
+        return int(len(ordered) - np.searchsorted(ordered, end_ts, side="left"))
 
     def usable_now(self, type_code: int, milli: int, end_ts: float) -> np.ndarray:
         """GPUs of ``type_code`` with ``milli`` free now that a job ending at ``end_ts`` may use."""

@@ -18,6 +18,7 @@ A layout is immutable and built once per inventory (``ClusterLayout.of(inventory
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar
@@ -79,19 +80,23 @@ class ClusterLayout:
     island_gpus: tuple[np.ndarray, ...]
     numa_gpus: tuple[np.ndarray, ...]
 
-    _cache: ClassVar[dict[int, tuple[Inventory, ClusterLayout]]] = {}
+    _cache: ClassVar[dict[int, tuple[weakref.ref, ClusterLayout]]] = {}
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def of(cls, inventory: Inventory) -> ClusterLayout:
-        """The layout of ``inventory``, compiled once and cached for the inventory object."""
-        hit = cls._cache.get(id(inventory))
-        if hit is not None and hit[0] is inventory:
+        """The layout of ``inventory``, compiled once and cached while the inventory object lives."""
+        key = id(inventory)
+        hit = cls._cache.get(key)
+        if hit is not None and hit[0]() is inventory:
             return hit[1]
         layout = cls._compile(inventory)
-        if len(cls._cache) > 32:
-            cls._cache.clear()
-        cls._cache[id(inventory)] = (inventory, layout)
+
+        def forget(ref: weakref.ref, key: int = key) -> None:
+            if cls._cache.get(key, (None,))[0] is ref:
+                del cls._cache[key]
+
+        cls._cache[key] = (weakref.ref(inventory, forget), layout)
         return layout
 
     @classmethod

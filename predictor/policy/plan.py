@@ -151,6 +151,8 @@ class DecisionWriter:
             return f"Reserved {what} from {hours(o.start_ts - ctx.now)} from now. {o.note}".strip()
         if o.action == "reject":
             return f"Can never run on this cluster: {o.note}."
+        if not o.note and self.policy.queueing.strategy == "strict":
+            return "Waits: behind a blocked job of its queue (strict FIFO), or no capacity for it now"
         return f"Waits: {o.note or 'no capacity free for it now, and no reservation left this cycle'}"
 
     def why(self, factors: tuple[FactorScore, ...]) -> str:

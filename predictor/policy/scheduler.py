@@ -190,33 +190,76 @@ class _Admission:
 
     # ------------------------------------------------------------------ the walk
     def run(self, order: np.ndarray) -> None:
-        sizing = self.ctx.sizing
+        """Walk the queue. Jobs that can neither start, reserve nor preempt are passed over in a few
+        list look-ups; only jobs with something to do pay for placement searches."""
+        ctx, book = self.ctx, self.book
+        sizing = ctx.sizing
         for i in np.flatnonzero(sizing.flavor < 0).tolist():
             self.outcomes[i] = Outcome("reject", note=self._never_note(i))
         never = (sizing.flavor < 0).tolist()
-        fits = self._fit_at_open()
-        tiers = self.ctx.tier_index
-        preemptor = (self.preemptor_tiers[tiers] if self.pol.preemption.scope == "tier_rules"
-                     else np.ones(len(tiers), dtype=bool)).tolist()
+        g_of = ctx.pending.num_gpus.tolist()
+        share = (ctx.pending.gpu_milli < MILLI).tolist()
+        single_type = ctx.layout.n_types == 1
+        allowed = None if single_type else [np.flatnonzero(row).tolist() for row in sizing.allowed]
+        whole, some = book.whole_free_by_type, book.any_free_by_type
+        end0 = (self.now + ctx.p90 * self.slow[:, 0]).tolist()  # predicted end on the best placement
+        preemptible = self._preemption_possible()
+        has_deadline = np.isfinite(ctx.deadline).tolist() if self.preempt_left > 0 else []
+        trigger = self.pol.preemption.trigger_wait_s
         scope = self.scope.tolist()
+        strict = self.strict
         for i in order.tolist():
-            if never[i]:
+            if never[i] or (strict and (self.blocked_all or scope[i] in self.blocked)):
                 continue
-            if self.reserve_left <= 0 and self.preempt_left <= 0 and not self.book.any_free_by_type.any():
+            if self.reserve_left <= 0 and self.preempt_left <= 0 and not some.any():
                 break  # nothing free, nothing to reserve, nobody may preempt: the rest waits
-            if not fits[i] and self.reserve_left <= 0 and not (preemptor[i] and self.preempt_left > 0):
-                self._block(scope[i])  # cannot start, reserve or preempt: it waits (cheaply)
-                continue
+            types = [0] if single_type else allowed[i]
+            g = g_of[i]
+            if share[i]:
+                fits = any(some[t] >= g for t in types)
+            else:
+                fits = any(whole[t] >= g and book.whole_free_until(t, end0[i]) >= g for t in types)
+            if not fits and self.reserve_left <= 0:
+                # only preemption is left: try it when possible at all and the wait would trigger it
+                if not (preemptible[i] and self.preempt_left > 0) or (
+                        not has_deadline[i] and min(book.earliest_any(t, g) for t in types) - self.now <= trigger):
+                    self._block(scope[i])
+                    continue
             self.considered += 1
-            if self.consider(i) == "preempted":
-                fits = self._fit_at_open()
+            self.consider(i)
 
-    def _fit_at_open(self) -> list[bool]:
-        """Per job: some allowed type has enough free GPUs (a necessary condition to start now)."""
-        p, allowed = self.ctx.pending, self.ctx.sizing.allowed
-        whole, some = self.book.whole_free_by_type, self.book.any_free_by_type
-        free = np.where(p.gpu_milli[:, None] >= MILLI, whole[None, :], some[None, :])
-        return (allowed & (free >= p.num_gpus[:, None])).any(axis=1).tolist()
+    def _preemption_possible(self) -> list[bool]:
+        """Per job, a cheap over-estimate: could evicting lower-priority jobs it may preempt free enough
+        GPUs? Also sets ``revisit`` to when a job now too young to be preempted stops being so."""
+        ctx, pc = self.ctx, self.pol.preemption
+        n = len(ctx.pending)
+        r = ctx.snapshot.running
+        if self.preempt_left <= 0 or n == 0:
+            return [False] * n
+        old = (self.now - r.start_ts) >= pc.min_runtime_s
+        held = r.num_gpus * r.gpu_milli / MILLI
+        prio = self.priority
+        possible = np.zeros(n, dtype=bool)
+        young_wanted = np.zeros(len(r), dtype=bool)
+        free = float(self.book.any_free_by_type.sum())
+        if pc.scope == "tier_rules":
+            groups = [(np.flatnonzero(ctx.tier_index == t), self.may_preempt[t][ctx.running_tier_index])
+                      for t in np.flatnonzero(self.preemptor_tiers)]
+        else:  # any lower priority (kueue's team and borrowing rules are checked exactly later)
+            groups = [(np.arange(n), np.ones(len(r), dtype=bool))]
+        for rows, victim_ok in groups:
+            if len(rows) == 0:
+                continue
+            eligible = victim_ok & old
+            order = np.argsort(self.run_prio[eligible], kind="stable")
+            sorted_prio = self.run_prio[eligible][order]
+            cum = np.concatenate([[0.0], np.cumsum(held[eligible][order])])
+            below = cum[np.searchsorted(sorted_prio, prio[rows], side="left")]
+            possible[rows] = (below > 0) & (below + free >= ctx.pending.num_gpus[rows])
+            young_wanted |= victim_ok & ~old & (self.run_prio < prio[rows].max())
+        if young_wanted.any():
+            self.revisit = min(self.revisit, float((r.start_ts[young_wanted] + pc.min_runtime_s).min()))
+        return possible.tolist()
 
     def consider(self, i: int) -> str:
         """Decide one job (steps a-d of the module docstring); returns the action taken."""

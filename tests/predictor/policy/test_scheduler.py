@@ -95,7 +95,7 @@ def test_strict_fifo_head_blocks_and_best_effort_skips():
     jobs = [make_job("head").gpus(16).submitted(0), make_job("small").gpus(1).submitted(5)]
     fifo, _ = plan_of(*jobs, running=running, policy=load_policy(preset="fifo"))
     assert [d.action for d in fifo.queue()] == ["wait", "wait"]
-    assert "strict FIFO" in by_id(fifo)["small"].reason
+    assert "strict FIFO" in by_id(fifo)["small"].reason and "strict FIFO" in by_id(fifo)["head"].reason
     sjf, _ = plan_of(*jobs, running=running, policy=load_policy(preset="qssf"))
     assert by_id(sjf)["small"].action == "start"
 
