@@ -31,6 +31,7 @@ def node_document(topo: NodeTopology, plan: PinningPlan | None, node_name: str |
     doc = topology_to_document(topo)
     node = topo.to_inventory_node(name=node_name, rack=rack, block=block)
     doc["inventory_node"] = json.loads(json.dumps(dataclasses.asdict(node)))
+    doc["inventory_entry"] = topo.inventory_entry(name=node_name, rack=rack, block=block)  # for an inventory YAML
     doc["gpu_types"] = topo.gpu_types_used()
     if plan is not None:
         doc["pinning"] = {

@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from predictor.nodeinfo.cpulist import cpus_from_mask_words
-from predictor.nodeinfo.sysfs import pci_numa_node, read_host_cpus
+from predictor.nodeinfo.sysfs import pci_numa_node, read_host_cpus, read_host_memory_mib
 from predictor.nodeinfo.topology import GpuDevice, HostCpus, MigInstance, NodeTopology
 
 __all__ = [
@@ -205,6 +205,7 @@ def discover_topology(nvml: ModuleType | None = None, host: HostCpus | None = No
             nvlink=tuple(tuple(r) for r in nvlink_counts(bus_ids, links)),
             host=host,
             driver_version=_text(driver) if driver is not None else None,
+            host_memory_mib=read_host_memory_mib(),
             source="nvml",
             title=f"{count} GPU(s) discovered with NVML",
         )

@@ -144,6 +144,7 @@ def topology_from_document(doc: Any) -> NodeTopology:
             nvlink=nvlink_t,
             host=_host_from(doc.get("host")),
             driver_version=doc.get("driver_version"),
+            host_memory_mib=None if doc.get("host_memory_mib") is None else int(doc["host_memory_mib"]),
             source=str(doc.get("source") or ""),
             title=str(doc.get("title") or ""),
         )
@@ -183,6 +184,8 @@ def topology_to_document(topo: NodeTopology) -> dict[str, Any]:
         gpus.append(entry)
     doc: dict[str, Any] = {"format": FORMAT, "title": topo.title, "source": topo.source,
                            "hostname": topo.hostname, "driver_version": topo.driver_version}
+    if topo.host_memory_mib is not None:
+        doc["host_memory_mib"] = topo.host_memory_mib
     if topo.host is not None:
         doc["host"] = _host_to_document(topo.host)
     doc["gpus"] = gpus

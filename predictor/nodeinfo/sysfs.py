@@ -8,7 +8,7 @@ from pathlib import Path
 from predictor.nodeinfo.cpulist import parse_cpulist
 from predictor.nodeinfo.topology import CpuThread, HostCpus
 
-__all__ = ["read_host_cpus", "pci_numa_node", "sysfs_bus_id"]
+__all__ = ["read_host_cpus", "read_host_memory_mib", "pci_numa_node", "sysfs_bus_id"]
 
 
 def _read(path: Path) -> str | None:
@@ -64,3 +64,12 @@ def pci_numa_node(bus_id: str, sys_root: str | Path = "/sys") -> int | None:
         return None
     node = int(text)
     return node if node >= 0 else None
+
+
+def read_host_memory_mib(proc_root: str | Path = "/proc") -> int | None:
+    """Total host memory (``MemTotal`` of ``/proc/meminfo``) in MiB, or None where unreadable."""
+    text = _read(Path(proc_root) / "meminfo")
+    for line in (text or "").splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) // 1024  # kB -> MiB
+    return None

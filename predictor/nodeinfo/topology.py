@@ -209,6 +209,7 @@ class NodeTopology:
     nvlink: tuple[tuple[int, ...], ...]
     host: HostCpus | None = None
     driver_version: str | None = None
+    host_memory_mib: int | None = None
     source: str = ""
     title: str = ""
     extra: dict = field(default_factory=dict, compare=False)
@@ -297,8 +298,21 @@ class NodeTopology:
             rack=rack,
             block=block,
             cpus=len(self.host.threads) if self.host else None,
-            mem_mib=mem_mib,
+            mem_mib=mem_mib if mem_mib is not None else self.host_memory_mib,
         )
+
+    def inventory_entry(self, name: str | None = None, rack: str | None = None,
+                        block: str | None = None) -> dict:
+        """This node as an entry of an inventory YAML file (``predictor.capacity.inventory_sources``)."""
+        node = self.to_inventory_node(name=name, rack=rack, block=block)
+        entry: dict = {"name": node.name, "gpu_type": node.gpu_type, "gpus": node.num_gpus,
+                       "nvlink_islands": [list(i) for i in node.nvlink_islands] or "none"}
+        if node.numa_of_gpu:
+            entry["numa_of_gpu"] = list(node.numa_of_gpu)
+        for key, value in (("rack", node.rack), ("block", node.block), ("cpus", node.cpus), ("mem_mib", node.mem_mib)):
+            if value is not None:
+                entry[key] = value
+        return entry
 
     def gpu_types_used(self) -> dict[str, int]:
         """Memory (MiB) of each inventory GPU type present, for the inventory's ``gpu_types``."""

@@ -5,6 +5,7 @@ import pytest
 
 from nodeinfo.topologies import RECORDED
 from predictor.capacity.inventory import Node
+from predictor.capacity.inventory_sources import inventory_from_mapping
 from predictor.cli import main
 from predictor.nodeinfo.records import load_topology
 
@@ -46,6 +47,9 @@ def test_json_carries_an_inventory_node_and_reads_back(tmp_path, capsys):
     assert doc["gpu_types"] == {"A100-80GB": 81920}
     assert doc["pinning"]["slurm"]["gres_conf"][0].startswith("NodeName=gpu-a-01 Name=gpu Type=a100-80gb")
     assert doc["pinning"]["kubelet"]["cpuManagerPolicy"] == "static"
+    entry = doc["inventory_entry"]  # pasteable into an inventory YAML file
+    inventory = inventory_from_mapping({"nodes": [entry]})
+    assert inventory.nodes[0] == node
     saved = tmp_path / "node.json"
     saved.write_text(json.dumps(doc))
     assert load_topology(saved) == load_topology(RECORDED["dgx-a100"])  # --json output is a --from input

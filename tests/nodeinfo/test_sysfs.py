@@ -3,7 +3,7 @@ import os
 import pytest
 
 from predictor.nodeinfo.cpulist import parse_cpulist
-from predictor.nodeinfo.sysfs import pci_numa_node, read_host_cpus, sysfs_bus_id
+from predictor.nodeinfo.sysfs import pci_numa_node, read_host_cpus, read_host_memory_mib, sysfs_bus_id
 
 
 def test_reads_this_machines_cpus():
@@ -55,3 +55,8 @@ def test_pci_numa_node(tmp_path):
     (dev / "numa_node").write_text("-1\n")
     assert pci_numa_node("00000000:07:00.0", tmp_path) is None
     assert pci_numa_node("00000000:99:00.0", tmp_path) is None
+
+
+def test_host_memory():
+    assert read_host_memory_mib() > 0
+    assert read_host_memory_mib("/nonexistent") is None
