@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 import pandas as pd
@@ -129,6 +130,11 @@ def ingest(
             raise InputError(f"input not found: {path}")
         if not path.is_file():
             raise InputError(f"input is not a file: {path}")
+    if timezone is not None:
+        try:
+            ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise InputError(f"unknown timezone {timezone!r} (use an IANA name such as UTC or Europe/Berlin)") from None
     if format == "auto":
         format = sniff_format(paths[0])
     out = Path(out)

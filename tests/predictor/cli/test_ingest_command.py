@@ -46,8 +46,9 @@ def test_auto_format_and_options(tmp_path, capsys):
         (["--format", "openb", "{fixture}"], "helios/cluster_log.csv: not in 'openb' format: missing column(s) name, cpu_milli"),
         (["--format", "swf", "{tmp}"], "input is not a file"),
         (["--format", "helios", "{fixture}", "--log-end", "soon"], "--log-end: not an ISO 8601 time: 'soon'"),
+        (["--format", "helios", "{fixture}", "--timezone", "Mars/Base"], "unknown timezone 'Mars/Base'"),
     ],
-    ids=["unknown-format", "missing-file", "wrong-columns", "directory", "bad-log-end"],
+    ids=["unknown-format", "missing-file", "wrong-columns", "directory", "bad-log-end", "bad-timezone"],
 )
 def test_errors_are_one_line_and_exit_2(tmp_path, capsys, args, message):
     fixture = str(FIXTURES / "helios/cluster_log.csv")
