@@ -12,7 +12,10 @@ A CRD's ``openAPIV3Schema`` is JSON Schema plus Kubernetes extensions; they are 
 * ``metadata`` is checked like ObjectMeta: a DNS-1123 ``name`` (and ``namespace``), string labels
   and annotations.
 
-``x-kubernetes-validations`` (CEL rules) are *not* evaluated; ``rules_skipped`` counts them.
+``x-kubernetes-validations`` (CEL rules) are evaluated with ``cel-python`` on the values they are
+attached to, as the API server does on create: transition rules (those reading ``oldSelf``) apply
+only to updates and are skipped, and a rule the library cannot compile (a Kubernetes-only CEL
+extension) is skipped too; ``rules_evaluated`` / ``rules_skipped`` count them per kind.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import celpy
 import yaml
 from jsonschema import Draft4Validator
 
@@ -44,6 +48,56 @@ _OBJECT_META = {
         "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
+
+
+@dataclass(frozen=True)
+class CelRule:
+    """One CEL rule and where it sits: ``path`` steps are property names, ``[]`` (each list item)
+    and ``{}`` (each map value)."""
+
+    path: tuple[str, ...]
+    rule: str
+    message: str
+    program: Any = field(compare=False, repr=False)
+
+
+def _collect_rules(node: Any, path: tuple[str, ...], env: celpy.Environment,
+                   out: list[CelRule], skipped: list[str]) -> None:
+    if not isinstance(node, dict):
+        return
+    for r in node.get("x-kubernetes-validations") or ():
+        rule = r["rule"]
+        if "oldSelf" in rule:
+            skipped.append(rule)  # transition rule: checked on update only
+            continue
+        try:
+            program = env.program(env.compile(rule))
+        except Exception:  # noqa: BLE001 - any compile failure means "cannot evaluate here"
+            skipped.append(rule)
+            continue
+        out.append(CelRule(path, rule, r.get("message") or f"failed rule: {rule}", program))
+    for name, sub in (node.get("properties") or {}).items():
+        _collect_rules(sub, (*path, name), env, out, skipped)
+    if isinstance(node.get("items"), dict):
+        _collect_rules(node["items"], (*path, "[]"), env, out, skipped)
+    if isinstance(node.get("additionalProperties"), dict):
+        _collect_rules(node["additionalProperties"], (*path, "{}"), env, out, skipped)
+
+
+def _select(value: Any, path: tuple[str, ...], where: str = "") -> list[tuple[str, Any]]:
+    """The values at ``path`` inside ``value`` (expanding lists and maps), with their dotted paths."""
+    if not path:
+        return [(where or "(object)", value)]
+    step, rest = path[0], path[1:]
+    if step == "[]":
+        items = enumerate(value) if isinstance(value, list) else ()
+        return [hit for i, v in items for hit in _select(v, rest, f"{where}.{i}".lstrip("."))]
+    if step == "{}":
+        items = value.items() if isinstance(value, dict) else ()
+        return [hit for k, v in items for hit in _select(v, rest, f"{where}.{k}".lstrip("."))]
+    if isinstance(value, dict) and step in value:
+        return _select(value[step], rest, f"{where}.{step}".lstrip("."))
+    return []
 
 
 class ValidationFailure(ValueError):
@@ -97,8 +151,10 @@ class CrdSchemas:
     """Validators for every served version of the CRDs found in a folder."""
 
     validators: dict[tuple[str, str], Draft4Validator] = field(default_factory=dict)  # (apiVersion, kind)
+    rules: dict[tuple[str, str], list[CelRule]] = field(default_factory=dict)  # (apiVersion, kind) -> CEL
     namespaced: dict[str, bool] = field(default_factory=dict)  # kind -> namespaced?
-    rules_skipped: dict[str, int] = field(default_factory=dict)  # kind -> CEL rules not evaluated
+    rules_evaluated: dict[str, int] = field(default_factory=dict)  # kind -> CEL rules checked on create
+    rules_skipped: dict[str, int] = field(default_factory=dict)  # kind -> transition / uncompilable rules
     sources: dict[str, Path] = field(default_factory=dict)  # kind -> CRD file
 
     @classmethod
@@ -119,17 +175,23 @@ class CrdSchemas:
         spec = crd["spec"]
         kind = spec["names"]["kind"]
         self.namespaced[kind] = spec.get("scope") == "Namespaced"
+        env = celpy.Environment()
         for version in spec["versions"]:
             if not version.get("served", True):
                 continue
             counter = [0]
+            rules: list[CelRule] = []
+            skipped: list[str] = []
+            _collect_rules(version["schema"]["openAPIV3Schema"], (), env, rules, skipped)
+            self.rules[(f"{spec['group']}/{version['name']}", kind)] = rules
+            self.rules_evaluated[kind] = max(self.rules_evaluated.get(kind, 0), len(rules))
             schema = _translate(copy.deepcopy(version["schema"]["openAPIV3Schema"]), counter)
             schema.setdefault("properties", {})["metadata"] = _OBJECT_META
             schema["required"] = sorted({*schema.get("required", ()), "apiVersion", "kind", "metadata"})
             schema["properties"]["apiVersion"] = {"enum": [f"{spec['group']}/{version['name']}"]}
             schema["properties"]["kind"] = {"enum": [kind]}
             self.validators[(f"{spec['group']}/{version['name']}", kind)] = Draft4Validator(schema)
-            self.rules_skipped[kind] = max(self.rules_skipped.get(kind, 0), counter[0])
+            self.rules_skipped[kind] = max(self.rules_skipped.get(kind, 0), len(skipped))
         if source is not None:
             self.sources[kind] = source
 
@@ -147,12 +209,26 @@ class CrdSchemas:
         for err in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path)):
             path = ".".join(str(p) for p in err.absolute_path) or "(object)"
             out.append(f"{path}: {err.message}")
+        if not out:  # CEL rules assume a structurally valid object, as the API server's do
+            out += self._cel_problems(obj, self.rules.get(key, []))  # type: ignore[arg-type]
         namespaced = self.namespaced.get(str(key[1]))
         has_ns = "namespace" in (obj.get("metadata") or {})
         if namespaced and not has_ns:
             out.append(f"metadata.namespace: required for the namespaced kind {key[1]}")
         if namespaced is False and has_ns:
             out.append(f"metadata.namespace: {key[1]} is cluster-scoped")
+        return out
+
+    @staticmethod
+    def _cel_problems(obj: dict[str, Any], rules: list[CelRule]) -> list[str]:
+        out = []
+        for r in rules:
+            for where, value in _select(obj, r.path):
+                result = r.program.evaluate({"self": celpy.json_to_cel(value)})
+                if isinstance(result, celpy.CELEvalError):
+                    out.append(f"{where}: rule {r.rule!r} could not be evaluated ({result.args[0] if result.args else result})")
+                elif not bool(result):
+                    out.append(f"{where}: {r.message}")
         return out
 
     def validate(self, obj: dict[str, Any]) -> None:

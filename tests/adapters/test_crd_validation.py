@@ -19,7 +19,9 @@ def _cq(**spec):
 def test_all_kueue_kinds_load(crds):
     assert set(crds.kinds) >= {"ClusterQueue", "LocalQueue", "ResourceFlavor", "Topology", "Workload",
                                "WorkloadPriorityClass", "Cohort", "AdmissionCheck"}
-    assert crds.rules_skipped["Workload"] > 0  # CEL rules are counted, not evaluated
+    # every create-time CEL rule compiles and is checked; only transition rules (oldSelf) are skipped
+    assert crds.rules_evaluated["ClusterQueue"] == 4 and crds.rules_evaluated["Workload"] >= 16
+    assert crds.rules_skipped["ClusterQueue"] == 0
 
 
 @pytest.mark.parametrize(
@@ -59,3 +61,36 @@ def test_empty_folder_is_an_input_error(tmp_path):
 
     with pytest.raises(InputError, match="no CustomResourceDefinition"):
         CrdSchemas.from_folder(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"cohortName": None}, "borrowingLimit must be nil when cohort is empty"),
+        ({"preemption": {"reclaimWithinCohort": "Never", "borrowWithinCohort": {"policy": "LowerPriority"}}},
+         "reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never"),
+        ({"covered": ["nvidia.com/gpu", "cpu"]}, "flavors must have the same number of resources"),
+    ],
+    ids=["borrowing-without-cohort", "preemption-combination", "flavor-resources"],
+)
+def test_cel_rules_are_enforced(crds, spec, message):
+    obj = _cq(cohortName="gpus")
+    obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["borrowingLimit"] = 2
+    if "covered" in spec:
+        obj["spec"]["resourceGroups"][0]["coveredResources"] = spec.pop("covered")
+    for key, value in spec.items():
+        if value is None:
+            obj["spec"].pop(key)
+        else:
+            obj["spec"][key] = value
+    with pytest.raises(ValidationFailure) as info:
+        crds.validate(obj)
+    assert any(message in p for p in info.value.problems), info.value.problems
+
+
+def test_topology_levels_must_end_with_hostname(crds):
+    obj = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": "t"},
+           "spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}, {"nodeLabel": "predictor/rack"}]}}
+    assert any("hostname" in p.lower() or "rule" in p for p in crds.problems(obj))
+    obj["spec"]["levels"].reverse()
+    assert crds.problems(obj) == []
