@@ -100,9 +100,10 @@ class DecisionWriter:
             return None
         lay = self.ctx.layout
         c = o.placement_class
-        return Placement(gpu_type=lay.gpu_types[o.type_code], gpus_by_node=lay.gpus_by_node(o.gpus),
+        indices = lay.gpu_indices_by_node(o.gpus)
+        return Placement(gpu_type=lay.gpu_types[o.type_code], gpus_by_node=tuple((n, len(v)) for n, v in indices),
                          placement_class=PLACEMENT_CLASSES[c], slowdown=float(self.ctx.pending.slowdown[i, c]),
-                         gpu_indices=lay.gpu_indices_by_node(o.gpus))
+                         gpu_indices=indices)
 
     def time_limit(self, i: int, o: Outcome) -> float | None:
         cfg = self.policy.time_limit

@@ -1,6 +1,6 @@
 """Loading policies: the policy file, the shipped default, and named presets.
 
-A *preset* (``presets/<name>.yaml``) is an overlay: it sets the scheduling behaviour (ordering,
+A *preset* (``preset_files/<name>.yaml``) is an overlay: it sets the scheduling behaviour (ordering,
 queueing, reservation, preemption...) and leaves the organisation (tiers, teams, shares, SLA
 classes) of the base policy alone, so ``load_policy("site.yaml", preset="fifo")`` is FIFO on the
 site's teams. Overlays merge mappings key by key; anything else is replaced.
@@ -24,7 +24,7 @@ from predictor.policy.config import PolicyConfig
 __all__ = ["load_policy", "policy_from_mapping", "preset_names", "read_yaml", "default_policy_path",
            "format_validation_error"]
 
-_PRESET_DIR = "presets"
+_PRESET_DIR = "preset_files"
 
 
 def default_policy_path() -> Path:

@@ -360,22 +360,23 @@ class _Admission:
 
     def _earliest(self, types: list[int], g: int, d50: float, slow: np.ndarray, *, better: bool
                   ) -> tuple[float, int, GangChoice, str] | None:
+        book = self.book
         found = None
         for t in types:
-            times = self.book.earliest_by_class(t, g)
-            if np.isfinite(times[-1]) and (found is None or times[-1] < found[0]):
-                found = (float(times[-1]), t, times)
+            start = book.earliest_any(t, g)
+            if np.isfinite(start) and (found is None or start < found[0]):
+                found = (start, t)
         if found is None:
             return None
-        _, t, times = found
-        res = self.book.earliest_start(t, g, times=times)
+        t = found[1]
+        res = book.earliest_start(t, g, times=np.full(5, found[0]))
         if res is None:
             return None
         start, ch = res
         note = "Cannot start now; the GPUs free up (running jobs' p90) then."
         c = ch.placement_class
         if better and c > 0 and slow[c] > slow[0] + 1e-9:
-            later = self._better_later(t, g, c, d50, slow, start + d50 * slow[c], times)
+            later = self._better_later(t, g, c, d50, slow, start + d50 * slow[c])
             if later is not None:
                 start, ch, note = later
         return start, t, ch, note

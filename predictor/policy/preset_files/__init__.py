@@ -1,0 +1,1 @@
+"""Named policy presets as YAML overlays (data only; loaded by ``predictor.policy.presets``)."""
