@@ -7,7 +7,7 @@ names the field: ``policy file p.yaml: weights.age: Input should be greater than
 The same model expresses the comparison policies a replay needs (FIFO, SJF, QSSF, LAS, a Kueue-like
 status quo): ``ordering`` picks the order rule, and the ``queueing``, ``quotas``, ``reservation``,
 ``placement``, ``sizing`` and ``preemption`` sections switch the other rules on or off. Named
-presets (``predictor/policy/presets/*.yaml``) are overlays on a base policy; see ``presets.py``.
+presets (``predictor/policy/preset_files/*.yaml``) are overlays on a base policy; see ``presets.py``.
 """
 
 from __future__ import annotations
