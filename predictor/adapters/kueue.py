@@ -27,6 +27,7 @@ the typed client return None). A missing object or an invalid patch (4xx) is per
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -91,11 +92,14 @@ class KueueAdapter:
         if api_client is None:
             from kubernetes import config as kube_config
 
+            configuration = client.Configuration()
             try:
-                kube_config.load_incluster_config()
+                kube_config.load_incluster_config(client_configuration=configuration)
             except kube_config.ConfigException:
-                kube_config.load_kube_config()
-            api_client = client.ApiClient()
+                # KUBECONFIG read now (the library reads it once, at import)
+                kube_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"),
+                                             client_configuration=configuration)
+            api_client = client.ApiClient(configuration)
         self.api = api_client
         self.custom = client.CustomObjectsApi(api_client)
         self.batch = client.BatchV1Api(api_client)

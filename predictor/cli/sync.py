@@ -9,6 +9,7 @@ the scheduler is unreachable. ``--dry-run`` prints the exact commands or API cal
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -16,7 +17,8 @@ from typing import Annotated
 import typer
 
 from features.errors import InputError
-from predictor.adapters.base import ClusterAdapter
+from predictor.adapters.base import ClusterAdapter, SchedulerError
+from predictor.adapters.retry import RetryPolicy
 from predictor.adapters.sync_cycle import (
     CycleReport,
     DecisionSource,
@@ -30,14 +32,19 @@ from predictor.adapters.sync_cycle import (
 ORDER = 70
 
 
-def make_adapter(target: str, slurm_conf: Path | None, kube_api_version: str, move_queues: bool = False) -> ClusterAdapter:
+def make_adapter(target: str, slurm_conf: Path | None, kube_api_version: str, move_queues: bool = False,
+                 retries: int = 5) -> ClusterAdapter:
     """The adapter for ``target`` (``slurm`` or ``kueue``)."""
     if target == "slurm":
         from predictor.adapters.slurm import SlurmAdapter, SlurmOptions
         from predictor.adapters.slurm_commands import SlurmCommands
 
+        conf = slurm_conf or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF") else None)
+        if conf is not None and not conf.is_file():
+            raise InputError(f"Slurm configuration {conf} does not exist (--slurm-conf / SLURM_CONF)")
         env = {"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}
-        return SlurmAdapter(SlurmCommands(env=env), options=SlurmOptions(set_partition=move_queues))
+        return SlurmAdapter(SlurmCommands(env=env), options=SlurmOptions(set_partition=move_queues),
+                            retry=RetryPolicy(max_attempts=retries))
     if target == "kueue":
         from kubernetes.config import ConfigException
 
@@ -45,7 +52,8 @@ def make_adapter(target: str, slurm_conf: Path | None, kube_api_version: str, mo
         from predictor.adapters.kueue_manifests import KueueNaming
 
         try:
-            return KueueAdapter(naming=KueueNaming(api_version=kube_api_version), move_queues=move_queues)
+            return KueueAdapter(naming=KueueNaming(api_version=kube_api_version), move_queues=move_queues,
+                                retry=RetryPolicy(max_attempts=retries))
         except ConfigException as exc:
             raise InputError(f"no Kubernetes credentials: {exc} (set KUBECONFIG or run in a pod)") from None
     raise InputError(f"--target must be slurm or kueue, got {target!r}")
@@ -96,11 +104,13 @@ def register(app: typer.Typer) -> None:
         policy: Annotated[Path | None, typer.Option("--policy", help="Policy file (default: PREDICTOR_POLICY_FILE "
                                                     "or the shipped one).")] = None,
         inventory: Annotated[str | None, typer.Option("--inventory", help="Inventory for --decider rules.")] = None,
+        retries: Annotated[int, typer.Option("--retries", min=1, help=(
+            "Attempts per scheduler call while it is unreachable (exponential backoff with jitter)."))] = 5,
         move_queues: Annotated[bool, typer.Option("--move-queues", help=(
             "Also move jobs to the partition / LocalQueue a decision names (off: only priority and the rest)."))] = False,
     ) -> None:
         """Pull pending jobs, decide, and apply the decisions to Slurm or Kueue."""
-        adapter = make_adapter(target, slurm_conf, kube_api_version, move_queues)
+        adapter = make_adapter(target, slurm_conf, kube_api_version, move_queues, retries)
         source: DecisionSource
         from predictor.config import Settings
 
@@ -129,7 +139,14 @@ def register(app: typer.Typer) -> None:
             db = Database(settings.database_url)
             db.upgrade()
         while True:
-            report = run_cycle(adapter, source, db, dry_run=dry_run)
+            try:
+                report = run_cycle(adapter, source, db, dry_run=dry_run)
+            except SchedulerError as exc:  # could not even read the queue: say so, try next pass
+                typer.echo(f"error: {target} unavailable: {exc}", err=True)
+                if once:
+                    raise typer.Exit(1) from None
+                time.sleep(interval)
+                continue
             _print(report, dry_run, as_json)
             if once:
                 if db is not None and report.next_due_ts() is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+import yaml
 from kubernetes import client
 
 from adapters.kube_emulator import kube_emulator
@@ -88,3 +89,43 @@ def test_service_decisions_through_the_real_app(kube, db, tmp_path):
     assert set(want) == {"vision/job-a", "nlp/job-b"}
     assert all(r.ok for r in report.applied)
     assert {k: v for k, v in _priorities(custom).items() if k in want} == want
+
+
+def _kubeconfig(path, server: str):
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "test", "cluster": {"server": server}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+        "users": [{"name": "test", "user": {"token": "not-checked"}}]}))
+    return path
+
+
+def test_sync_cli_against_the_emulator_through_a_kubeconfig(tmp_path, monkeypatch, capsys):
+    from predictor.cli import main
+
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("nodes:\n  - {name: 'n{i}', count: 2, gpu_type: A100-80GB, gpus: 8, nvlink_islands: all}\n")
+    with kube_emulator() as (_, api):
+        custom = client.CustomObjectsApi(api)
+        custom.create_namespaced_custom_object(GROUP, VERSION, "vision", "workloads", workload("vision", "job-a", gpus=4),
+                                               _preload_content=False)
+        monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "kubeconfig", api.configuration.host)))
+        monkeypatch.setenv("PREDICTOR_DATABASE_URL", f"sqlite:///{tmp_path / 'state.db'}")
+        args = ["sync", "--target", "kueue", "--once", "--decider", "rules", "--inventory", str(inventory)]
+        assert main([*args, "--dry-run"]) == 0
+        assert 'vision/job-a: would run: PATCH workloads.kueue.x-k8s.io vision/job-a {"spec":{"priority":' in (
+            capsys.readouterr().out)
+        assert main(args) == 0
+        assert "vision/job-a: ok, 1 change(s)" in capsys.readouterr().out
+        assert custom.get_namespaced_custom_object(GROUP, VERSION, "vision", "workloads", "job-a")["spec"]["priority"] > 0
+
+
+def test_sync_cli_reports_an_unreachable_api_server(tmp_path, monkeypatch, capsys):
+    from predictor.cli import main
+
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1")))
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("nodes:\n  - {name: n1, gpu_type: A100-80GB, gpus: 8}\n")
+    assert main(["sync", "--target", "kueue", "--once", "--dry-run", "--decider", "rules", "--inventory",
+                 str(inventory), "--retries", "2"]) == 1
+    assert "error: kueue unavailable: LIST workloads" in capsys.readouterr().err
