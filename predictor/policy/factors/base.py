@@ -8,6 +8,7 @@ docs/readme/policy.md). A factor is chosen by name from ``predictor.policy.facto
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -39,7 +40,7 @@ class PriorityFactor(Protocol):
 def hours(seconds: float) -> str:
     """A duration as a short human string: ``45 s``, ``12 min``, ``3.2 h``, ``4.1 d``."""
     s = float(seconds)
-    if not np.isfinite(s):
+    if not math.isfinite(s):
         return "unknown"
     a = abs(s)
     if a < 120:

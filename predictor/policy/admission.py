@@ -1,0 +1,358 @@
+"""Phase 4 of ``decide()``: walk the queue in priority order and decide each job.
+
+Rules (named here, stated in docs/readme/policy.md and in the modules they come from): *reject*
+what can never run; *strict FIFO* blocking; *quota admission* (``quota``); *best-class placement*
+and *backfill by p90* (``capacity.book``); *wait for a better placement*; *preemption trigger*,
+*victim choice* (``preemption``) and *eviction hand-over*; *earliest start* reservations up to
+``reservation.depth``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from features.schema import PLACEMENT_CLASSES as CLS
+from predictor.capacity.book import CapacityBook
+from predictor.capacity.layout import MILLI
+from predictor.capacity.placement import GangChoice
+from predictor.policy.context import CycleContext
+from predictor.policy.factors.base import hours
+from predictor.policy.plan import Outcome
+from predictor.policy.quota import QuotaBook
+from predictor.preemption import choose_victims, milli_of, work_lost_s
+
+__all__ = ["Admission"]
+
+
+class Admission:
+    """Phase 4: the walk over the queue (see the module docstring)."""
+
+    def __init__(self, ctx: CycleContext, book: CapacityBook, priority: np.ndarray, run_prio: np.ndarray,
+                 at_risk: np.ndarray, may_preempt: np.ndarray) -> None:
+        self.ctx, self.book, self.priority, self.run_prio = ctx, book, priority, run_prio
+        self.at_risk, self.may_preempt = at_risk, may_preempt
+        pol = ctx.policy
+        self.pol = pol
+        self.now = ctx.now
+        p, r = ctx.pending, ctx.snapshot.running
+        self.outcomes: dict[int, Outcome] = {}
+        self.reserve_left = pol.reservation.depth
+        pc = pol.preemption
+        self.preempt_left = pc.max_preemptors_per_cycle if pc.enabled and len(r) else 0
+        self.strict = pol.queueing.strategy == "strict"
+        self.blocked_all = False
+        self.blocked: set[int] = set()
+        n_queues = len(ctx.snapshot.queues)
+        self.scope = np.where(p.queue >= 0, p.queue, n_queues + 1 + p.team)
+        self.quota = QuotaBook(pol, ctx.snapshot.teams, r.team, r.num_gpus * r.gpu_milli / MILLI,
+                               ctx.layout.n_gpus) if pol.quotas.enabled else None
+        self.evicted = np.zeros(len(r), dtype=bool)
+        self.lost_s = work_lost_s(r, self.now, pc.assumed_checkpoint_interval_s) if len(r) else np.zeros(0)
+        self.lost_gpu_s = self.lost_s * r.num_gpus * r.gpu_milli / MILLI
+        slow = np.where(np.isfinite(p.slowdown) & (p.slowdown >= 1.0), p.slowdown, 1.0)
+        self.slow = np.maximum.accumulate(slow, axis=1) if len(p) else slow
+        self.preemptor_tiers = may_preempt.any(axis=1)
+        self.fail: dict[tuple[int, int], list[tuple[int, float]]] = {}
+        self.preempt_fail: dict[tuple[int, int, int], list[tuple[int, int, float]]] = {}
+        self.revisit = math.inf
+        self.considered = 0
+        self.attempts = 0
+
+    # ------------------------------------------------------------------ the walk
+    def run(self, order: np.ndarray) -> None:
+        """Walk the queue. Jobs that can neither start, reserve nor preempt are passed over in a few
+        list look-ups; only jobs with something to do pay for placement searches."""
+        ctx, book = self.ctx, self.book
+        sizing = ctx.sizing
+        for i in np.flatnonzero(sizing.flavor < 0).tolist():
+            self.outcomes[i] = Outcome("reject", note=self._never_note(i))
+        never = (sizing.flavor < 0).tolist()
+        g_of = ctx.pending.num_gpus.tolist()
+        share = (ctx.pending.gpu_milli < MILLI).tolist()
+        single_type = ctx.layout.n_types == 1
+        allowed = None if single_type else [np.flatnonzero(row).tolist() for row in sizing.allowed]
+        whole, some = book.whole_free_by_type, book.any_free_by_type
+        end0 = (self.now + ctx.p90 * self.slow[:, 0]).tolist()  # predicted end on the best placement
+        preemptible = self._preemption_possible()
+        has_deadline = np.isfinite(ctx.deadline).tolist() if self.preempt_left > 0 else []
+        trigger = self.pol.preemption.trigger_wait_s
+        scope = self.scope.tolist()
+        strict = self.strict
+        for i in order.tolist():
+            if never[i] or (strict and (self.blocked_all or scope[i] in self.blocked)):
+                continue
+            if self.reserve_left <= 0 and self.preempt_left <= 0 and not some.any():
+                break  # nothing free, nothing to reserve, nobody may preempt: the rest waits
+            types = [0] if single_type else allowed[i]
+            g = g_of[i]
+            if share[i]:
+                fits = any(some[t] >= g for t in types)
+            else:
+                fits = any(whole[t] >= g and book.whole_free_until(t, end0[i]) >= g for t in types)
+            if not fits and self.reserve_left <= 0:
+                # only preemption is left: try it when possible at all and the wait would trigger it
+                if not (preemptible[i] and self.preempt_left > 0) or (
+                        not has_deadline[i] and min(book.earliest_any(t, g) for t in types) - self.now <= trigger):
+                    self._block(scope[i])
+                    continue
+            self.considered += 1
+            self.consider(i)
+
+    def _preemption_possible(self) -> list[bool]:
+        """Per job, a cheap over-estimate: could evicting lower-priority jobs it may preempt free enough
+        GPUs? Also sets ``revisit`` to when a job now too young to be preempted stops being so."""
+        ctx, pc = self.ctx, self.pol.preemption
+        n = len(ctx.pending)
+        r = ctx.snapshot.running
+        if self.preempt_left <= 0 or n == 0:
+            return [False] * n
+        old = (self.now - r.start_ts) >= pc.min_runtime_s
+        held = r.num_gpus * r.gpu_milli / MILLI
+        prio = self.priority
+        possible = np.zeros(n, dtype=bool)
+        young_wanted = np.zeros(len(r), dtype=bool)
+        free = float(self.book.any_free_by_type.sum())
+        if pc.scope == "tier_rules":
+            groups = [(np.flatnonzero(ctx.tier_index == t), self.may_preempt[t][ctx.running_tier_index])
+                      for t in np.flatnonzero(self.preemptor_tiers)]
+        else:  # any lower priority (kueue's team and borrowing rules are checked exactly later)
+            groups = [(np.arange(n), np.ones(len(r), dtype=bool))]
+        for rows, victim_ok in groups:
+            if len(rows) == 0:
+                continue
+            eligible = victim_ok & old
+            order = np.argsort(self.run_prio[eligible], kind="stable")
+            sorted_prio = self.run_prio[eligible][order]
+            cum = np.concatenate([[0.0], np.cumsum(held[eligible][order])])
+            below = cum[np.searchsorted(sorted_prio, prio[rows], side="left")]
+            possible[rows] = (below > 0) & (below + free >= ctx.pending.num_gpus[rows])
+            young_wanted |= victim_ok & ~old & (self.run_prio < prio[rows].max())
+        if young_wanted.any():
+            self.revisit = min(self.revisit, float((r.start_ts[young_wanted] + pc.min_runtime_s).min()))
+        return possible.tolist()
+
+    def consider(self, i: int) -> str:
+        """Decide one job (steps a-d of the module docstring); returns the action taken."""
+        ctx, book, p = self.ctx, self.book, self.ctx.pending
+        g, m = int(p.num_gpus[i]), int(p.gpu_milli[i])
+        scope = int(self.scope[i])
+        if self.strict and (self.blocked_all or scope in self.blocked):
+            self.outcomes[i] = Outcome("wait", note="behind the blocked head of its queue (strict FIFO)")
+            return "wait"
+        team, demand = int(p.team[i]), g * m / MILLI
+        if self.quota is not None and not self.quota.fits(team, demand):
+            self.outcomes[i] = Outcome("wait", note=f"over quota ({self.quota.describe(team)}; needs {demand:g} more)")
+            self._block(scope)
+            return "wait"
+        d50, d90, slow = float(ctx.p50[i]), float(ctx.p90[i]), self.slow[i]
+        ends = self.now + d90 * slow
+        types = np.flatnonzero(ctx.sizing.allowed[i]).tolist() if ctx.layout.n_types > 1 else [0]
+        # b. start now (or wait for a better placement)
+        choice, t = self._place_now(types, g, m, ends)
+        if choice is not None:
+            c = choice.placement_class
+            if self.pol.placement.wait_for_better and self.reserve_left > 0 and slow[c] > slow[0] + 1e-9:
+                later = self._better_later(t, g, c, d50, slow, self.now + d50 * slow[c])
+                if later is not None:
+                    start, ch, note = later
+                    self._reserve(i, t, ch, start, start + d90 * slow[ch.placement_class], note)
+                    return "reserve"
+            backfill = book.any_reserved and bool(np.isfinite(book.reserved_from[choice.gpus]).any())
+            book.take(choice.gpus, m, float(ends[c]))
+            if self.quota is not None:
+                self.quota.add(team, demand)
+            self.outcomes[i] = Outcome("start", type_code=t, gpus=choice.gpus, placement_class=c,
+                                       start_ts=self.now, end_ts=float(ends[c]), backfill=backfill)
+            return "start"
+        # c./d. cannot start now
+        res, wait = None, None
+        if self.reserve_left > 0:
+            res = self._earliest(types, g, d50, slow, better=self.pol.placement.wait_for_better)
+            wait = res[0] - self.now if res is not None else math.inf
+        if self._may_try_preempt(i, g, m, types, ends):
+            if wait is None:  # the earliest start in any placement (cached between bookings)
+                wait = min((self.book.earliest_any(t, g) for t in types), default=math.inf) - self.now
+            start_class = res[2].placement_class if res is not None else 0
+            if self._should_preempt(i, wait, d90 * slow[start_class]) and self._preempt(i, types, g, m, d90, slow):
+                return "preempted"
+        if res is not None and self.reserve_left > 0:
+            start, t, ch, note = res
+            self._reserve(i, t, ch, start, start + d90 * slow[ch.placement_class], note)
+        else:
+            why = "no reservation left this cycle (reservation.depth)" if self.reserve_left <= 0 \
+                else "no placement for its gang even when running jobs end"
+            self.outcomes[i] = Outcome("wait", note=f"no capacity free now; {why}")
+        self._block(scope)
+        return self.outcomes[i].action
+
+    # ------------------------------------------------------------------ rules
+    def _block(self, scope: int) -> None:
+        if self.strict:
+            if self.pol.queueing.scope == "cluster":
+                self.blocked_all = True
+            else:
+                self.blocked.add(scope)
+
+    def _place_now(self, types: list[int], g: int, m: int, ends: np.ndarray) -> tuple[GangChoice | None, int]:
+        book = self.book
+        for t in types:
+            if not book.could_fit_now(t, g, m):
+                continue
+            failed = self.fail.get((t, m))
+            if failed and any(g >= fg and (not book.any_reserved or ends[0] >= fe) for fg, fe in failed):
+                continue
+            self.attempts += 1
+            choice = book.place_now(t, g, m, ends)
+            if choice is not None:
+                return choice, t
+            self.fail.setdefault((t, m), []).append((g, float(ends[-1])))
+        return None, -1
+
+    def _better_later(self, t: int, g: int, c: int, d50: float, slow: np.ndarray, done_base: float,
+                      times: np.ndarray | None = None) -> tuple[float, GangChoice, str] | None:
+        """Rule *wait for a better placement*: the better class whose predicted completion is earliest."""
+        if times is None:
+            times = self.book.earliest_by_class(t, g)
+        done = times[:c] + d50 * slow[:c]
+        if len(done) == 0:
+            return None
+        k = int(np.argmin(done))
+        if not done[k] + self.pol.placement.wait_margin_s < done_base:
+            return None
+        found = self.book.earliest_start(t, g, max_class=k, times=times)
+        if found is None:
+            return None
+        start, ch = found
+        finish = start + d50 * slow[ch.placement_class]
+        note = (f"Waits for {CLS[ch.placement_class]}: predicted to finish in {hours(finish - self.now)}, "
+                f"earlier than {hours(done_base - self.now)} on {CLS[c]}.")
+        return start, ch, note
+
+    def _earliest(self, types: list[int], g: int, d50: float, slow: np.ndarray, *, better: bool
+                  ) -> tuple[float, int, GangChoice, str] | None:
+        book = self.book
+        found = None
+        for t in types:
+            start = book.earliest_any(t, g)
+            if np.isfinite(start) and (found is None or start < found[0]):
+                found = (start, t)
+        if found is None:
+            return None
+        t = found[1]
+        res = book.earliest_start(t, g, times=np.full(5, found[0]))
+        if res is None:
+            return None
+        start, ch = res
+        note = "Cannot start now; the GPUs free up (running jobs' p90) then."
+        c = ch.placement_class
+        if better and c > 0 and slow[c] > slow[0] + 1e-9:
+            later = self._better_later(t, g, c, d50, slow, start + d50 * slow[c])
+            if later is not None:
+                start, ch, note = later
+        return start, t, ch, note
+
+    def _reserve(self, i: int, t: int, ch: GangChoice, start: float, end: float, note: str) -> None:
+        lend = self.pol.reservation.backfill == "p90" and not self.strict
+        self.book.reserve(ch.gpus, start, end, lend=lend)
+        self.reserve_left -= 1
+        self.outcomes[i] = Outcome("reserve", note=note, type_code=t, gpus=ch.gpus,
+                                   placement_class=ch.placement_class, start_ts=start, end_ts=end)
+
+    def _may_try_preempt(self, i: int, g: int, m: int, types: list[int], ends: np.ndarray) -> bool:
+        """Cheap gate: preemption on, attempts left, tier allowed, and no failure that implies this one."""
+        pc = self.pol.preemption
+        if self.preempt_left <= 0:
+            return False
+        tier = int(self.ctx.tier_index[i])
+        if pc.scope == "tier_rules" and not self.preemptor_tiers[tier]:
+            return False
+        key = self._preempt_key(i, m)
+        prio = int(self.priority[i])
+        failed = self.preempt_fail.get(key, ())
+        return not any(g >= fg and prio <= fp and ends[0] >= fe for fg, fp, fe in failed)
+
+    def _preempt_key(self, i: int, m: int) -> tuple[int, int, int]:
+        scope = self.pol.preemption.scope
+        tier = int(self.ctx.tier_index[i]) if scope == "tier_rules" else -1
+        team = int(self.ctx.pending.team[i]) if scope == "kueue" else -1
+        return tier, team, m
+
+    def _should_preempt(self, i: int, wait_s: float, run_s: float) -> bool:
+        """Rule *preemption trigger*: the wait exceeds ``trigger_wait_s``, or the deadline would be
+        missed (not for a job already at risk: preempting cannot save it)."""
+        if wait_s > self.pol.preemption.trigger_wait_s:
+            return True
+        deadline = float(self.ctx.deadline[i])
+        return bool(math.isfinite(deadline) and not self.at_risk[i] and self.now + wait_s + run_s > deadline)
+
+    def _preempt(self, i: int, types: list[int], g: int, m: int, d90: float, slow: np.ndarray) -> bool:
+        ctx, r, pc = self.ctx, self.ctx.snapshot.running, self.pol.preemption
+        ran = self.now - r.start_ts
+        cand = (self.run_prio < self.priority[i]) & ~self.evicted
+        if pc.scope == "tier_rules":
+            cand &= self.may_preempt[ctx.tier_index[i]][ctx.running_tier_index]
+        elif pc.scope == "kueue":
+            team = int(ctx.pending.team[i])
+            borrowing = self.quota.borrowing_teams() if self.quota is not None else np.zeros(len(ctx.snapshot.teams), bool)
+            cand &= (r.team == team) | np.append(borrowing, False)[r.team]
+        young = cand & (ran < pc.min_runtime_s)
+        if young.any():
+            self.revisit = min(self.revisit, float((r.start_ts[young] + pc.min_runtime_s).min()))
+        cand &= ~young
+        ends = self.now + pc.grace_s + d90 * slow
+        if not cand.any():
+            self.preempt_fail.setdefault(self._preempt_key(i, m), []).append(
+                (g, int(self.priority[i]), float(ends[-1])))
+            return False
+        for t in types:
+            v = choose_victims(self.book, r, cand, self.lost_gpu_s, type_code=t, num_gpus=g, milli=m,
+                               end_by_class=ends)
+            if v is None:
+                continue
+            c = v.placement.placement_class
+            self._hand_over(v.rows, v.placement.gpus, m, float(ends[c]), self.now + pc.grace_s)
+            self.evicted[v.rows] = True
+            if self.quota is not None:
+                for row in v.rows.tolist():
+                    self.quota.remove(int(r.team[row]), r.num_gpus[row] * r.gpu_milli[row] / MILLI)
+                self.quota.add(int(ctx.pending.team[i]), g * m / MILLI)
+            self.preempt_left -= 1
+            self.fail.clear()
+            self.preempt_fail.clear()
+            self.outcomes[i] = Outcome("preempt", type_code=t, gpus=v.placement.gpus, placement_class=c,
+                                       start_ts=self.now + pc.grace_s, end_ts=float(ends[c]), victims=v.rows,
+                                       lost_gpu_s=v.work_lost_gpu_s)
+            return True
+        self.preempt_fail.setdefault(self._preempt_key(i, m), []).append((g, int(self.priority[i]), float(ends[-1])))
+        return False
+
+    def _hand_over(self, victims: np.ndarray, gpus: np.ndarray, m: int, end: float, grace_end: float) -> None:
+        """Rule *eviction hand-over*: the preemptor gets its GPUs after the grace period; the rest of the
+        victims' shares stay held until then (no job of this cycle may start on them now)."""
+        book = self.book
+        freed_gpus, shares = milli_of(self.ctx.snapshot.running, victims)
+        before = book.free_milli.copy()
+        book.give_back(freed_gpus, shares)
+        book.take(gpus, m, end)
+        uniq = np.unique(freed_gpus)
+        freed = np.bincount(freed_gpus, weights=shares, minlength=book.layout.n_gpus)[uniq]
+        taken = np.zeros(book.layout.n_gpus)
+        taken[gpus] = m
+        from_freed = np.maximum(taken[uniq] - before[uniq], 0.0)
+        hold = np.minimum(freed - from_freed, book.free_milli[uniq]).astype(np.int64)
+        if (hold > 0).any():
+            book.take(uniq[hold > 0], hold[hold > 0], grace_end)
+
+    def _never_note(self, i: int) -> str:
+        p, lay, sizing = self.ctx.pending, self.ctx.layout, self.ctx.sizing
+        g = int(p.num_gpus[i])
+        pools = lay.gpus_of_type()
+        if sizing.requested_missing[i] and p.requested_types is not None and not p.requested_types[i].all():
+            raw = p.gpu_request[i] if p.gpu_request is not None else None
+            asked = raw or "/".join(lay.gpu_types[k] for k in np.flatnonzero(p.requested_types[i]))
+            have = ", ".join(f"{int(pools[k])} x {lay.gpu_types[k]}" for k in np.flatnonzero(p.requested_types[i]))
+            return f"needs {g} GPUs of type {asked or '(none known)'}; the cluster has {have or 'none of it'}"
+        largest = int(pools.max()) if len(pools) else 0
+        return f"needs {g} GPUs of one type; the largest pool here has {largest}"
