@@ -189,7 +189,11 @@ class ClusterLayout:
 
     def gpus_of_type(self) -> np.ndarray:
         """GPU count per type code, shape (n_types,)."""
-        return np.bincount(self.gpu_type, minlength=self.n_types)
+        return self._gpus_of_type
+
+    @cached_property
+    def _gpus_of_type(self) -> np.ndarray:
+        return _frozen(np.bincount(self.gpu_type, minlength=self.n_types))
 
     def max_gang_per_class(self) -> np.ndarray:
         """Largest gang each placement class can hold on an empty cluster, shape (n_types, 5)."""

@@ -79,6 +79,13 @@ def size_jobs(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray,
     n, t = len(num_gpus), layout.n_types
     need = peak_upper_mib * (1.0 + cfg.margin_fraction) + cfg.margin_mib
     known = np.isfinite(need)
+    if not known.any() and requested_types is None:  # nothing to size by: any type with room for the gang
+        allowed = layout.gpus_of_type()[None, :] >= num_gpus[:, None]
+        none = np.zeros(n, dtype=bool)
+        any_allowed = allowed.any(axis=1)
+        return SizingOutcome(allowed=allowed, flavor=np.where(any_allowed, np.argmax(allowed, axis=1), -1),
+                             need_mib=need, too_small=none, wasteful=none, fits_nowhere=none,
+                             requested_missing=~any_allowed)
     capacity = layout.type_memory_mib[None, :] * (gpu_milli[:, None] / MILLI)
     fits = ~(need[:, None] > capacity)  # NaN need -> fits everywhere
     count_ok = layout.gpus_of_type()[None, :] >= num_gpus[:, None]

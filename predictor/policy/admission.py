@@ -10,6 +10,7 @@ and *backfill by p90* (``capacity.book``); *wait for a better placement*; *preem
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 import numpy as np
 
@@ -30,9 +31,9 @@ class Admission:
     """Phase 4: the walk over the queue (see the module docstring)."""
 
     def __init__(self, ctx: CycleContext, book: CapacityBook, priority: np.ndarray, run_prio: np.ndarray,
-                 at_risk: np.ndarray, may_preempt: np.ndarray) -> None:
+                 may_preempt: np.ndarray) -> None:
         self.ctx, self.book, self.priority, self.run_prio = ctx, book, priority, run_prio
-        self.at_risk, self.may_preempt = at_risk, may_preempt
+        self.may_preempt = may_preempt
         pol = ctx.policy
         self.pol = pol
         self.now = ctx.now
@@ -49,8 +50,6 @@ class Admission:
         self.quota = QuotaBook(pol, ctx.snapshot.teams, r.team, r.num_gpus * r.gpu_milli / MILLI,
                                ctx.layout.n_gpus) if pol.quotas.enabled else None
         self.evicted = np.zeros(len(r), dtype=bool)
-        self.lost_s = work_lost_s(r, self.now, pc.assumed_checkpoint_interval_s) if len(r) else np.zeros(0)
-        self.lost_gpu_s = self.lost_s * r.num_gpus * r.gpu_milli / MILLI
         slow = np.where(np.isfinite(p.slowdown) & (p.slowdown >= 1.0), p.slowdown, 1.0)
         self.slow = np.maximum.accumulate(slow, axis=1) if len(p) else slow
         self.preemptor_tiers = may_preempt.any(axis=1)
@@ -59,6 +58,17 @@ class Admission:
         self.revisit = math.inf
         self.considered = 0
         self.attempts = 0
+
+    @cached_property
+    def lost_s(self) -> np.ndarray:
+        """Seconds of work each running job would lose if evicted now (rule *work lost*)."""
+        r = self.ctx.snapshot.running
+        return work_lost_s(r, self.now, self.pol.preemption.assumed_checkpoint_interval_s)
+
+    @cached_property
+    def lost_gpu_s(self) -> np.ndarray:
+        r = self.ctx.snapshot.running
+        return self.lost_s * r.num_gpus * r.gpu_milli / MILLI
 
     # ------------------------------------------------------------------ the walk
     def run(self, order: np.ndarray) -> None:
@@ -285,7 +295,7 @@ class Admission:
         if wait_s > self.pol.preemption.trigger_wait_s:
             return True
         deadline = float(self.ctx.deadline[i])
-        return bool(math.isfinite(deadline) and not self.at_risk[i] and self.now + wait_s + run_s > deadline)
+        return bool(math.isfinite(deadline) and not self.ctx.at_risk[i] and self.now + wait_s + run_s > deadline)
 
     def _preempt(self, i: int, types: list[int], g: int, m: int, d90: float, slow: np.ndarray) -> bool:
         ctx, r, pc = self.ctx, self.ctx.snapshot.running, self.pol.preemption

@@ -94,6 +94,12 @@ class CycleContext:
         return horizon[self.tier_index]
 
     @cached_property
+    def at_risk(self) -> np.ndarray:
+        """Rule *SLA at risk*: the deadline is closer than the predicted p90 run time."""
+        with np.errstate(invalid="ignore"):
+            return np.isfinite(self.deadline) & (self.deadline - self.now < self.p90)
+
+    @cached_property
     def expected_start(self) -> np.ndarray:
         """Earliest time the cluster as a whole has the job's GPU count free (a lower bound).
 

@@ -70,11 +70,11 @@ class DecisionWriter:
     """Turns a pending row and its outcome into a :class:`Decision` with a readable reason."""
 
     def __init__(self, ctx: CycleContext, ordering: Ordering, keys: OrderKeys, priority: np.ndarray,
-                 guarded: np.ndarray, at_risk: np.ndarray, running_priority: np.ndarray, *,
+                 guarded: np.ndarray, running_priority: np.ndarray, *,
                  explain: bool = True) -> None:
         self.ctx, self.ordering, self.keys = ctx, ordering, keys
         self.explain = explain
-        self.priority, self.guarded, self.at_risk = priority, guarded, at_risk
+        self.priority, self.guarded = priority, guarded
         self.running_priority = running_priority
         self.policy = ctx.policy
 
@@ -119,7 +119,7 @@ class DecisionWriter:
         out = list(describe_sizing(ctx.layout, ctx.sizing, i, num_gpus=int(p.num_gpus[i]),
                                    gpu_milli=int(p.gpu_milli[i]), peak_upper_mib=float(p.peak_vram_upper_mib[i]),
                                    requested=req))
-        if self.at_risk[i]:
+        if ctx.at_risk[i]:
             out.append(f"SLA at risk: {hours(ctx.deadline[i] - ctx.now)} to the deadline, p90 run time "
                        f"{hours(ctx.p90[i])}")
         user = p.time_limit_s[i]
@@ -207,7 +207,7 @@ class DecisionWriter:
             tier=ctx.tier_names[ctx.tier_index[i]], queue=queue,
             flavor=lay.gpu_types[flavor_code] if flavor_code >= 0 else None, num_gpus=int(p.num_gpus[i]),
             placement=placement if o.action in ("start", "preempt") else None, reservation=reservation,
-            eviction=eviction, time_limit_s=limit, sla_at_risk=bool(self.at_risk[i]),
+            eviction=eviction, time_limit_s=limit, sla_at_risk=bool(ctx.at_risk[i]),
             warnings=self.warnings(i, limit) if self.explain else (), reason=reason, model_version=str(p.model_version[i]),
             fallback=bool(p.fallback[i]), decided_at=ctx.now,
             extra={"pending_row": i, "gpu_milli": int(p.gpu_milli[i])},

@@ -6,7 +6,7 @@ One cycle, top to bottom (after Kueue's scheduler; rules are named in the module
 1. **snapshot**  open a capacity book: free shares now, when each GPU frees up (running jobs' p90).
 2. **nominate**  size every pending job: the GPU types it may use (flavor from predicted memory).
 3. **order**     the policy's ordering ranks the jobs (vectorised), starvation guard on top.
-4. **admit**     walk the queue in priority order, for each job:
+4. **admit**     walk the queue in priority order (``predictor.policy.admission``), for each job:
    a. *reject* it if it can never run here; *wait* if a strict head blocks its queue or its team's
       quota is spent;
    b. *start* it now on the best placement free (not on GPUs reserved before its p90 end), unless
@@ -38,7 +38,6 @@ from predictor.capacity.sizing import size_jobs
 from predictor.policy.admission import Admission
 from predictor.policy.config import PolicyConfig
 from predictor.policy.context import CycleContext
-from predictor.policy.factors import sla_at_risk
 from predictor.policy.ordering import ORDERINGS, Ordering, order_pending
 from predictor.policy.plan import Assignment, DecisionWriter, SchedulePlan
 from predictor.policy.snapshot import ClusterSnapshot
@@ -107,20 +106,21 @@ def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = T
     order, priority, guarded = order_pending(ctx, keys, policy.aging.starvation_after_s)
     run_prio = ordering.running_priority(ctx)
     run_prio = run.priority if run_prio is None else run_prio
-    at_risk = sla_at_risk(ctx)
     t2 = clock()
     # 4. admit
-    walk = Admission(ctx, book, priority, run_prio, at_risk, may_preempt)
+    walk = Admission(ctx, book, priority, run_prio, may_preempt)
     walk.run(order)
     t3 = clock()
     # 5. plan
-    writer = DecisionWriter(ctx, ordering, keys, priority, guarded, at_risk, run_prio, explain=explain)
+    writer = DecisionWriter(ctx, ordering, keys, priority, guarded, run_prio, explain=explain)
     decisions, assignments = [], []
-    for i in order.tolist():
-        o = walk.outcomes.get(i)
-        if o is None or o.action == "wait":
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    for i in sorted(walk.outcomes, key=rank.__getitem__):
+        o = walk.outcomes[i]
+        if o.action == "wait":
             continue
-        d = writer.write(i, o, walk.lost_s)
+        d = writer.write(i, o, walk.lost_s if o.action == "preempt" else None)
         decisions.append(d)
         if o.action in ("start", "preempt") and o.gpus is not None:
             victims = tuple(str(run.job_id[r]) for r in (o.victims if o.victims is not None else ()))

@@ -27,13 +27,19 @@ __all__ = ["PendingJobs", "RunningJobs", "ClusterSnapshot"]
 N_CLASSES = len(PLACEMENT_CLASSES)
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _check_len(obj: object, n: int, skip: tuple[str, ...] = ()) -> None:
-    for f in fields(obj):  # type: ignore[arg-type]
-        if f.name in skip:
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in fields(obj))  # type: ignore[arg-type]
+    for name in names:
+        if name in skip:
             continue
-        v = getattr(obj, f.name)
+        v = getattr(obj, name)
         if isinstance(v, np.ndarray) and v.shape[:1] != (n,):
-            raise ValueError(f"{type(obj).__name__}.{f.name} has {v.shape[0]} rows, expected {n}")
+            raise ValueError(f"{type(obj).__name__}.{name} has {v.shape[0]} rows, expected {n}")
 
 
 @dataclass(frozen=True, eq=False)

@@ -25,8 +25,7 @@ __all__ = ["SlaFactor", "sla_at_risk"]
 
 def sla_at_risk(ctx: CycleContext) -> np.ndarray:
     """True for jobs whose deadline is closer than their predicted p90 run time."""
-    with np.errstate(invalid="ignore"):
-        return np.isfinite(ctx.deadline) & (ctx.deadline - ctx.now < ctx.p90)
+    return ctx.at_risk
 
 
 class SlaFactor:
