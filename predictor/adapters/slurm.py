@@ -4,7 +4,9 @@
 decision           what the adapter does (pending jobs only, and only where Slurm differs)
 =================  ==========================================================================
 priority           ``scontrol update jobid=N priority=P`` (an explicit priority freezes the
-                   job's multifactor priority; ``scontrol hold N; scontrol release N`` undoes it)
+                   job's multifactor priority; ``scontrol hold N; scontrol release N`` undoes it),
+                   or with ``priority_mode="nice"`` ``scontrol update jobid=N nice=-P/divisor``,
+                   which adds to the multifactor priority instead of replacing it
 tier               ``scontrol update jobid=N qos=Q`` when ``tier_qos`` maps the tier to a QoS
 queue              ``scontrol update jobid=N partition=P`` (opt-in: ``set_partition``)
 time_limit_s       ``scontrol update jobid=N timelimit=M`` (minutes, rounded up): the predicted
@@ -51,6 +53,8 @@ __all__ = ["SlurmOptions", "SlurmState", "SlurmAdapter", "EVICT_MARK"]
 
 EVICT_MARK = "predictor-evict"
 _MARK_RE = re.compile(rf"{EVICT_MARK}:for=(?P<for>\S+?):at=(?P<at>\d+):restarts=(?P<restarts>\d+)")
+#: Largest |nice| Slurm accepts (``NICE_OFFSET - 3``).
+NICE_MAX = 2_147_483_645
 #: A reservation start within this many seconds of the wanted one counts as the same.
 START_TOLERANCE_S = 60.0
 
@@ -60,12 +64,20 @@ class SlurmOptions:
     """Which parts of a decision the adapter writes into Slurm."""
 
     set_priority: bool = True
+    #: "absolute": ``priority=`` (freezes Slurm's multifactor priority); "nice": ``nice=`` of minus
+    #: the decision's priority divided by ``nice_divisor``, so age and fair-share keep working on top.
+    priority_mode: str = "absolute"
+    nice_divisor: int = 10_000
     set_partition: bool = False  # moving a job to another partition is opt-in (--move-queues)
     set_time_limit: bool = True
     pin_nodes: bool = True
     tier_qos: Mapping[str, str] = field(default_factory=dict)
     reservation_prefix: str = "pred-"
     reservation_flags: str = "ignore_jobs"
+
+    def __post_init__(self) -> None:
+        if self.priority_mode not in ("absolute", "nice"):
+            raise ValueError(f"priority_mode must be 'absolute' or 'nice', got {self.priority_mode!r}")
 
 
 @dataclass(frozen=True)
@@ -139,7 +151,11 @@ class SlurmAdapter:
 
     def _job_updates(self, d: Decision, job: SlurmJob) -> list[Operation]:
         o, ops = self.options, []
-        if o.set_priority:
+        if o.set_priority and o.priority_mode == "nice":
+            nice = -min(int(d.priority) // max(o.nice_divisor, 1), NICE_MAX)
+            if job.nice != nice:
+                ops.append(self._update(job, "set_nice", "nice", nice, f"nice {job.nice} -> {nice}"))
+        elif o.set_priority:
             want = min(max(int(d.priority), 1), SLURM_PRIORITY_MAX)
             if job.priority != want:
                 ops.append(self._update(job, "set_priority", "priority", want, f"priority {job.priority} -> {want}"))

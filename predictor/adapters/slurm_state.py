@@ -60,6 +60,15 @@ def _int(value: Any) -> int | None:
     return None if number >= _NO_VAL else number
 
 
+def _signed32(value: Any) -> int:
+    """Slurm 22.05's JSON prints a negative nice as an unsigned 32-bit number (-100 -> 4294967196)."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return 0
+    return number - 2**32 if number >= 2**31 else number
+
+
 _MEM_UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2}
 
 
@@ -118,7 +127,7 @@ def jobs_from_squeue(doc: dict[str, Any]) -> dict[str, SlurmJob]:
             job_id=job_id,
             state=str(j.get("job_state") or ""),
             priority=_int(j.get("priority")) or 0,
-            nice=_int(j.get("nice")) or 0,
+            nice=_signed32(j.get("nice")),
             qos=str(j.get("qos") or ""),
             partition=str(j.get("partition") or ""),
             account=str(j.get("account") or ""),

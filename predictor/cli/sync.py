@@ -33,7 +33,7 @@ ORDER = 70
 
 
 def make_adapter(target: str, slurm_conf: Path | None, kube_api_version: str, move_queues: bool = False,
-                 retries: int = 5) -> ClusterAdapter:
+                 retries: int = 5, slurm_priority_mode: str = "absolute") -> ClusterAdapter:
     """The adapter for ``target`` (``slurm`` or ``kueue``)."""
     if target == "slurm":
         from predictor.adapters.slurm import SlurmAdapter, SlurmOptions
@@ -43,8 +43,11 @@ def make_adapter(target: str, slurm_conf: Path | None, kube_api_version: str, mo
         if conf is not None and not conf.is_file():
             raise InputError(f"Slurm configuration {conf} does not exist (--slurm-conf / SLURM_CONF)")
         env = {"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}
-        return SlurmAdapter(SlurmCommands(env=env), options=SlurmOptions(set_partition=move_queues),
-                            retry=RetryPolicy(max_attempts=retries))
+        try:
+            options = SlurmOptions(set_partition=move_queues, priority_mode=slurm_priority_mode)
+        except ValueError as exc:
+            raise InputError(f"--slurm-priority-mode: {exc}") from None
+        return SlurmAdapter(SlurmCommands(env=env), options=options, retry=RetryPolicy(max_attempts=retries))
     if target == "kueue":
         from kubernetes.config import ConfigException
 
@@ -104,13 +107,15 @@ def register(app: typer.Typer) -> None:
         policy: Annotated[Path | None, typer.Option("--policy", help="Policy file (default: PREDICTOR_POLICY_FILE "
                                                     "or the shipped one).")] = None,
         inventory: Annotated[str | None, typer.Option("--inventory", help="Inventory for --decider rules.")] = None,
+        slurm_priority_mode: Annotated[str, typer.Option("--slurm-priority-mode", help=(
+            "absolute: set the job priority (freezes Slurm's own factors); nice: add it as a nice value."))] = "absolute",
         retries: Annotated[int, typer.Option("--retries", min=1, help=(
             "Attempts per scheduler call while it is unreachable (exponential backoff with jitter)."))] = 5,
         move_queues: Annotated[bool, typer.Option("--move-queues", help=(
             "Also move jobs to the partition / LocalQueue a decision names (off: only priority and the rest)."))] = False,
     ) -> None:
         """Pull pending jobs, decide, and apply the decisions to Slurm or Kueue."""
-        adapter = make_adapter(target, slurm_conf, kube_api_version, move_queues, retries)
+        adapter = make_adapter(target, slurm_conf, kube_api_version, move_queues, retries, slurm_priority_mode)
         source: DecisionSource
         from predictor.config import Settings
 

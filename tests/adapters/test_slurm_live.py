@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 TRAP_SCRIPT = """#!/bin/bash
 trap 'echo "TERM received"; exit 0' TERM
+echo "training started"
 sleep 600 &
 wait
 """
@@ -107,6 +108,18 @@ def test_priorities_decide_the_order_slurm_runs_jobs_in(cluster, adapter):
     assert order == [jobs[1], jobs[2], jobs[0]]
 
 
+def test_nice_mode_keeps_slurm_factors_and_adds_the_decision(cluster, adapter):
+    low, high = (cluster.submit("-A", "research", "--gres=gpu:1", "-c", "1", "--mem=100", "-t", "10") for _ in range(2))
+    base = {j: int(v[0]) for j, v in _squeue(cluster, "%Q").items()}
+    adapter.options = SlurmOptions(priority_mode="nice", nice_divisor=10)
+    results = adapter.apply_many([_decision(low, 1_000), _decision(high, 30_000)])
+    assert [[op.kind for op in r.done] for r in results] == [["set_nice"], ["set_nice"]]
+    shown = _squeue(cluster, "%y %Q")
+    assert (shown[low][0], shown[high][0]) == ("-100", "-3000")
+    assert int(shown[low][1]) == base[low] + 100 and int(shown[high][1]) == base[high] + 3000
+    assert not any(r.changed for r in adapter.apply_many([_decision(low, 1_000), _decision(high, 30_000)]))
+
+
 def test_time_limit_qos_partition_and_nodes(cluster, adapter):
     cluster.run("sacctmgr", "-i", "add", "qos", "production")
     cluster.run("sacctmgr", "-i", "modify", "user", "root", "set", "qos+=production")
@@ -150,7 +163,7 @@ def test_eviction_signals_then_requeues_after_grace(cluster, adapter, tmp_path):
     cluster.set_partition("UP")
     victim = cluster.run("sbatch", "--parsable", "-o", str(log), "-A", "research", "--gres=gpu:2", "-c", "1",
                          "--mem=100", "-t", "10", str(script)).stdout.strip()
-    _until(lambda: _squeue(cluster, "%T").get(victim) == ["RUNNING"], "victim running")
+    _until(lambda: log.exists() and "training started" in log.read_text(), "victim running its script")
     cluster.set_partition("DOWN")
     waiting = cluster.submit("-A", "nlp", f"--gres=gpu:{NODE_GPUS}", "-c", "1", "--mem=100", "-t", "10")
     plan = EvictionPlan(for_job_id=waiting, victims=(Victim(victim, "research", 10, (("localhost", 2),), 60.0, 0.03),),

@@ -58,6 +58,16 @@ def test_job_updates(decision, job, calls):
     assert _calls(_plan(decision, job)) == calls
 
 
+@pytest.mark.parametrize(("priority", "nice", "calls"), [
+    (700_000_000, 0, ["scontrol update jobid=7 nice=-70000"]),
+    (700_000_000, -70_000, []),
+    (5, 10, ["scontrol update jobid=7 nice=0"]),
+])
+def test_nice_mode_adds_to_the_multifactor_priority(priority, nice, calls):
+    options = SlurmOptions(priority_mode="nice")
+    assert _calls(_plan(_decision(priority=Priority(priority)), _job(nice=nice), options=options)) == calls
+
+
 def test_partition_moves_when_enabled():
     options = SlurmOptions(set_partition=True)
     assert _calls(_plan(_decision(queue="gpu-long"), _job(), options=options)) == ["scontrol update jobid=7 partition=gpu-long"]

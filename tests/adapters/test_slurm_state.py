@@ -27,7 +27,7 @@ SQUEUE = {
          "node_count": 1, "cpus": 8, "name": "llama-ft", "submit_time": 1795981014, "start_time": 1795990000,
          "deadline": 0, "state_reason": "Priority"},
         {"job_id": 42, "array_job_id": 40, "array_task_id": 3, "job_state": "RUNNING", "priority": 500,
-         "nice": 10, "qos": "high", "partition": "gpu", "account": "nlp", "user_name": "bo",
+         "nice": 4294967196, "qos": "high", "partition": "gpu", "account": "nlp", "user_name": "bo",
          "time_limit": 4294967295, "resv_name": "pred-42", "admin_comment": "x", "restart_cnt": 1,
          "required_nodes": "gpu[01-02]", "tres_req_str": "cpu=2,mem=4000M,node=2,gres/gpu:a100=16",
          "tres_per_node": "gres:gpu:a100:8", "node_count": 2, "cpus": 2, "name": "pretrain",
@@ -41,7 +41,7 @@ def test_jobs_are_indexed_with_array_tasks():
     assert list(jobs) == ["41", "40_3"]
     a, b = jobs["41"], jobs["40_3"]
     assert (a.pending, a.priority, a.nice, a.time_limit_min) == (True, 11075, 0, 60)
-    assert (b.running, b.nice, b.time_limit_min, b.restarts, b.reservation) == (True, 10, None, 1, "pred-42")
+    assert (b.running, b.nice, b.time_limit_min, b.restarts, b.reservation) == (True, -100, None, 1, "pred-42")
 
 
 def test_canonical_rows():
