@@ -13,7 +13,13 @@ from adapters.kube_emulator import kube_emulator
 from adapters.kueue_objects import workload
 from predictor.adapters.kueue import KueueAdapter
 from predictor.adapters.retry import RetryPolicy
-from predictor.adapters.sync_cycle import RulesDecisions, ServiceDecisions, job_request, run_cycle
+from predictor.adapters.sync_cycle import (
+    EngineDecisions,
+    RulesDecisions,
+    ServiceDecisions,
+    job_request,
+    run_cycle,
+)
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.config import Settings, TokenSpec
 from predictor.policy.presets import load_policy
@@ -129,3 +135,15 @@ def test_sync_cli_reports_an_unreachable_api_server(tmp_path, monkeypatch, capsy
     assert main(["sync", "--target", "kueue", "--once", "--dry-run", "--decider", "rules", "--inventory",
                  str(inventory), "--retries", "2"]) == 1
     assert "error: kueue unavailable: LIST workloads" in capsys.readouterr().err
+
+
+def test_engine_decisions_applied_through_the_outbox(kube, db):
+    from predictor.engine import Engine
+    from tests.serving.doubles import no_model_slot
+
+    adapter, custom = kube
+    engine = Engine(model=no_model_slot(), policy=load_policy(None), inventory=homogeneous_inventory(16))
+    report = run_cycle(adapter, EngineDecisions(engine), db, now=NOW)
+    want = {d.job_id: d.kueue_priority for d in report.decisions}
+    assert set(want) == {"vision/job-a", "nlp/job-b"} and all(r.ok for r in report.applied)
+    assert {k: v for k, v in _priorities(custom).items() if k in want} == want
