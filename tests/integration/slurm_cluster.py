@@ -354,7 +354,12 @@ def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
         shutil.rmtree(cluster.root, ignore_errors=True)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupt)  # `timeout` / `kill` stop it as cleanly as Ctrl-C
     demo = SlurmCluster(root=Path(tempfile.mkdtemp(prefix="slurm-demo-")))
     try:
         demo.start()
