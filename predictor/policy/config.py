@@ -213,6 +213,13 @@ def _default_sla_classes() -> dict[str, SlaClassConfig]:
     }
 
 
+def _default_aliases() -> dict[str, str]:
+    """QoS names found in public traces: openb (Kubernetes QoS and Alibaba's LS/BE), Slurm QOS."""
+    return {"LS": "production", "Guaranteed": "production", "Burstable": "research", "BE": "best_effort",
+            "BestEffort": "best_effort", "high": "production", "normal": "research", "low": "best_effort",
+            "standby": "best_effort"}
+
+
 def _default_weights() -> dict[str, float]:
     return {"tier": 3.0, "sla": 3.0, "age": 2.0, "fairshare": 1.5, "shortness": 3.0, "topology": 0.5}
 
@@ -227,7 +234,8 @@ class PolicyConfig(_Section):
     factors: FactorSettings = FactorSettings()
     tiers: dict[str, TierConfig] = Field(default_factory=_default_tiers)
     default_tier: str = "research"
-    tier_aliases: dict[str, str] = Field(default_factory=dict, description="other names for tiers (trace QoS)")
+    tier_aliases: dict[str, str] = Field(default_factory=_default_aliases,
+                                         description="other names for tiers (trace QoS)")
     sla_classes: dict[str, SlaClassConfig] = Field(default_factory=_default_sla_classes)
     teams: dict[str, TeamConfig] = Field(default_factory=dict)
     aging: AgingConfig = AgingConfig()
