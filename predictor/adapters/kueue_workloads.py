@@ -17,10 +17,9 @@ import pandas as pd
 from kubernetes.utils import parse_quantity
 
 from features.schema import conform
+from predictor.adapters.kueue_manifests import GPU_RESOURCE
 
-__all__ = ["KueueWorkload", "workload_from_object", "workload_rows", "split_job_id", "GPU_RESOURCE"]
-
-GPU_RESOURCE = "nvidia.com/gpu"
+__all__ = ["KueueWorkload", "workload_from_object", "workload_rows", "split_job_id"]
 
 
 def split_job_id(job_id: str) -> tuple[str, str]:

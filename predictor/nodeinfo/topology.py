@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from features.schema import PLACEMENT_CLASSES
 from predictor.capacity.inventory import KNOWN_GPU_TYPES, Node
@@ -212,7 +212,6 @@ class NodeTopology:
     host_memory_mib: int | None = None
     source: str = ""
     title: str = ""
-    extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.gpus)
