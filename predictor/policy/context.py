@@ -120,12 +120,16 @@ class CycleContext:
 
     # ------------------------------------------------------------------ fair share
     @cached_property
-    def team_fairshare(self) -> np.ndarray:
-        """Slurm's classic fair-share factor per team code: ``2 ** (-usage_norm / share_norm)``."""
+    def team_usage_fraction(self) -> np.ndarray:
+        """Each snapshot team's share of all decayed usage (0 when nobody used anything)."""
         usage = np.asarray(self.snapshot.team_usage_gpu_s, dtype=np.float64)
         total_usage = usage.sum()
-        u = usage / total_usage if total_usage > 0 else np.zeros_like(usage)
-        return np.exp2(-u / self.team_share_fraction)
+        return usage / total_usage if total_usage > 0 else np.zeros_like(usage)
+
+    @cached_property
+    def team_fairshare(self) -> np.ndarray:
+        """Slurm's classic fair-share factor per team code: ``2 ** (-usage_norm / share_norm)``."""
+        return np.exp2(-self.team_usage_fraction / self.team_share_fraction)
 
     @cached_property
     def team_share_fraction(self) -> np.ndarray:

@@ -83,9 +83,9 @@ class DecisionWriter:
         k, explain = self.keys, self.explain
         if k.factor_values is not None:
             facs = self.ordering.factors  # type: ignore[attr-defined]
-            out = [FactorScore(name, float(k.factor_values[i, j]), w,
-                               facs[name].explain(self.ctx, i) if explain else "")
-                   for j, (name, w) in enumerate(zip(k.factor_names, k.factor_weights, strict=True))]
+            row = k.factor_values[i].tolist()
+            out = [FactorScore(name, v, w, facs[name].explain(self.ctx, i) if explain else "")
+                   for name, w, v in zip(k.factor_names, k.factor_weights, row, strict=True)]
         else:
             out = [FactorScore(self.ordering.name, float(k.priority[i]) / NORMAL_MAX, 1.0,
                                self.ordering.explain(self.ctx, i) if explain else "")]

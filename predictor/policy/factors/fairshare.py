@@ -34,8 +34,6 @@ class FairShareFactor:
         if code < 0:
             return "no team: no usage on record"
         team = ctx.snapshot.teams[code]
-        usage = np.asarray(ctx.snapshot.team_usage_gpu_s)
-        total = usage.sum()
-        u = usage[code] / total if total > 0 else 0.0
+        u = float(ctx.team_usage_fraction[code])
         share = float(ctx.team_share_fraction[code])
         return f"team {team} used {u:.0%} of recent GPU-time against a {share:.0%} share"
