@@ -1,1 +1,14 @@
-"""The rules layer: priority factors, SLA, tiers, aging, fair-share -> Decision."""
+"""The rules layer: priority factors, SLA, tiers, aging, fair-share -> Decision.
+
+Entry points (import them from their modules):
+
+* ``predictor.policy.scheduler.decide(snapshot, policy) -> SchedulePlan`` - the one scheduling cycle
+  the service and the replay both call;
+* ``predictor.policy.presets.load_policy(path, preset=...)`` - the validated policy;
+* ``predictor.policy.snapshot`` (``ClusterSnapshot``, ``PendingJobs``, ``RunningJobs``) and
+  ``predictor.policy.builders`` (``SnapshotBuilder``, ``make_job``, ``snapshot_from_jobs``);
+* ``predictor.policy.ledger.FairShareLedger`` - decayed team usage;
+* ``predictor.policy.decision`` - the Decision contract.
+
+See docs/readme/policy.md for the rules.
+"""

@@ -183,10 +183,12 @@ class RunningSpec:
 
 
 def make_job(job_id: str) -> JobSpec:
+    """A pending-job builder: one whole GPU, submitted at 0, no prediction, until told otherwise."""
     return JobSpec(job_id)
 
 
 def make_running(job_id: str) -> RunningSpec:
+    """A running-job builder: one whole GPU placed best-class at build time, started at 0."""
     return RunningSpec(job_id)
 
 
