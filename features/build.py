@@ -27,6 +27,7 @@ from features.history import (
     KEY_KINDS,
     HistoryState,
     HistoryStore,
+    JobColumns,
     ended_events,
     history_state,
     merge_events,
@@ -224,13 +225,13 @@ class JobFeatureBuilder:
             state = self.history_for(jobs, history)
         return pd.DataFrame(self.transform_array(jobs, state), columns=list(FEATURE_NAMES), index=jobs.index)
 
-    def transform_array(self, jobs: pd.DataFrame, state: HistoryState) -> np.ndarray:
+    def transform_array(self, jobs: pd.DataFrame | JobColumns, state: HistoryState) -> np.ndarray:
         """``transform`` as a bare float32 array (the fast path used when scoring)."""
         n = len(jobs)
         submit = _num(jobs, "submit_ts")
         if np.isnan(submit).any():
             row = int(np.flatnonzero(np.isnan(submit))[0])
-            raise InputError(f"job {jobs['job_id'].iloc[row]!s}: submit_ts is missing or not a number")
+            raise InputError(f"job {object_column(jobs, 'job_id')[row]!s}: submit_ts is missing or not a number")
         gpus = _num(jobs, "num_gpus")
         share = _num(jobs, "gpu_milli") / 1000.0
         limit = _num(jobs, "time_limit_s")

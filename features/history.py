@@ -48,7 +48,7 @@ from features.history_state import (
     history_state,
     merge_events,
 )
-from features.job_keys import family_keys, numeric_column, object_column, request_keys
+from features.job_keys import JobColumns, family_keys, numeric_column, object_column, request_keys
 from features.schema import empty_jobs
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "merge_events",
     "numeric_column",
     "object_column",
+    "JobColumns",
 ]
 
 

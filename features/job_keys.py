@@ -18,6 +18,7 @@ Python function. Both use ASCII-only character classes so they agree on every in
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -25,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["object_column", "numeric_column", "strip_name", "family_keys", "request_keys", "SMALL_BATCH"]
+__all__ = ["JobColumns", "object_column", "numeric_column", "strip_name", "family_keys", "request_keys", "SMALL_BATCH"]
 
 #: Up to this many rows, keys are built with plain Python (lower per-call overhead).
 SMALL_BATCH = 256
@@ -38,8 +39,47 @@ _RE = [re.compile(p) for p in (_DIGITS, _SEPARATORS, _LETTER)]
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
-def object_column(jobs: pd.DataFrame, col: str) -> np.ndarray:
+class JobColumns:
+    """A read-only view of a job table that converts each column to numpy once.
+
+    Scoring reads the same columns in several places (features, memory, topology); wrapping the
+    request's DataFrame in a ``JobColumns`` makes ``object_column`` / ``numeric_column`` cached
+    lookups instead of repeated pandas conversions.
+    """
+
+    __slots__ = ("frame", "columns", "_obj", "_num", "_derived")
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.frame = frame
+        self.columns = frame.columns
+        self._obj: dict[str, np.ndarray] = {}
+        self._num: dict[str, np.ndarray] = {}
+        self._derived: dict[str, np.ndarray] = {}
+
+    def derived(self, name: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """A derived per-job array (e.g. family keys), computed once."""
+        if name not in self._derived:
+            self._derived[name] = compute()
+        return self._derived[name]
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def obj(self, col: str) -> np.ndarray:
+        if col not in self._obj:
+            self._obj[col] = object_column(self.frame, col)
+        return self._obj[col]
+
+    def num(self, col: str) -> np.ndarray:
+        if col not in self._num:
+            self._num[col] = numeric_column(self.frame, col)
+        return self._num[col]
+
+
+def object_column(jobs: pd.DataFrame | JobColumns, col: str) -> np.ndarray:
     """A column as an object array with ``None`` for null (all None when the table lacks it)."""
+    if isinstance(jobs, JobColumns):
+        return jobs.obj(col)
     if col not in jobs.columns:
         return np.full(len(jobs), None, dtype=object)
     values = jobs[col].to_numpy(dtype=object, na_value=None)
@@ -48,8 +88,10 @@ def object_column(jobs: pd.DataFrame, col: str) -> np.ndarray:
     return values
 
 
-def numeric_column(jobs: pd.DataFrame, col: str) -> np.ndarray:
+def numeric_column(jobs: pd.DataFrame | JobColumns, col: str) -> np.ndarray:
     """A numeric column as float64 (NaN where absent, null or unparseable)."""
+    if isinstance(jobs, JobColumns):
+        return jobs.num(col)
     if col not in jobs.columns:
         return np.full(len(jobs), np.nan)
     s = jobs[col]
@@ -72,11 +114,13 @@ def _strip_names_arrow(names: pa.Array) -> pa.Array:
     return pc.if_else(pc.match_substring_regex(s, _LETTER), s, names)
 
 
-def family_keys(jobs: pd.DataFrame, users: np.ndarray | None = None) -> np.ndarray:
+def family_keys(jobs: pd.DataFrame | JobColumns, users: np.ndarray | None = None) -> np.ndarray:
     """``user/stripped-name`` per job (None without a job name), object array of shape (n_jobs,).
 
     ``users`` may pass ``object_column(jobs, "user")`` when the caller already has it.
     """
+    if isinstance(jobs, JobColumns):
+        return jobs.derived("family", lambda: family_keys(jobs.frame, jobs.obj("user")))
     users = object_column(jobs, "user") if users is None else users
     names = object_column(jobs, "job_name")
     if len(jobs) <= SMALL_BATCH:
@@ -97,8 +141,10 @@ def _request_key(user: object, limit: float, gpus: float, cpus: float) -> str | 
     return f"{user}|{limit:g}|{gpus:g}|{cpus:g}"
 
 
-def request_keys(jobs: pd.DataFrame, users: np.ndarray | None = None) -> np.ndarray:
+def request_keys(jobs: pd.DataFrame | JobColumns, users: np.ndarray | None = None) -> np.ndarray:
     """``user|time_limit|gpus|cpus`` per job (None without a user), object array of shape (n_jobs,)."""
+    if isinstance(jobs, JobColumns):
+        return jobs.derived("request", lambda: request_keys(jobs.frame, jobs.obj("user")))
     users = object_column(jobs, "user") if users is None else users
     cols = [numeric_column(jobs, c) for c in ("time_limit_s", "num_gpus", "cpus")]
     if len(jobs) <= SMALL_BATCH:

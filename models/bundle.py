@@ -1,0 +1,186 @@
+"""The model bundle: every estimator, the feature pipeline and the history snapshot, behind one call.
+
+``JobPredictorBundle.predict_frame(jobs, history, now)`` returns one row per job with exactly
+``models.prediction.PREDICTION_COLUMNS``, in input order. Serving, batch scoring, evaluation and the
+replay simulator all call it (or ``predict_with_state`` with a point-in-time history state), so
+there is one prediction path. ``fit_bundle`` (``models.fit``) builds one without MLflow.
+
+Conventions
+    * Duration quantiles are for the job on its *best* placement; multiply by the slowdown column of
+      the placement it gets. They never exceed the job's time limit (the scheduler kills it there).
+    * A job without ``submit_ts`` is taken as submitted at ``now`` (default: the wall clock).
+    * A job asking for no GPU (``num_gpus == 0``) gets no memory estimate and fits no GPU type.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from features.build import CATEGORICAL_FEATURES, FEATURE_NAMES, FEATURE_PIPELINE_VERSION, JobFeatureBuilder
+from features.history import HistoryState, HistoryStore, JobColumns, numeric_column, object_column
+from features.schema import PLACEMENT_CLASSES
+from models.duration import DurationEstimator
+from models.memory import MemoryEstimator, fitting_types, memory_design
+from models.memory_analytic import GPU_MEMORY_MIB, MemoryParts, analytic_memory
+from models.prediction import PREDICTION_COLUMNS, SLOWDOWN_COLUMNS
+from models.topology import TopologyEstimator
+
+__all__ = ["JobPredictorBundle", "prepare_jobs", "placement_slowdown", "assemble_frame"]
+
+_CLASS_INDEX = {c: i for i, c in enumerate(PLACEMENT_CLASSES)}
+
+
+def prepare_jobs(jobs: pd.DataFrame, now: float | None) -> pd.DataFrame:
+    """``jobs`` with a ``submit_ts`` for every row (missing ones set to ``now``)."""
+    if "job_id" not in jobs.columns:
+        from features.errors import InputError
+
+        raise InputError("job table lacks required column: job_id")
+    submit = numeric_column(jobs, "submit_ts")
+    if np.isnan(submit).any() or "submit_ts" not in jobs.columns:
+        jobs = jobs.copy()
+        jobs["submit_ts"] = np.where(np.isnan(submit), time.time() if now is None else float(now), submit)
+    return jobs
+
+
+def placement_slowdown(jobs: pd.DataFrame, slowdown: np.ndarray) -> np.ndarray:
+    """Each job's predicted slowdown at the placement class it ran on (1 where unknown)."""
+    cls = np.array([_CLASS_INDEX.get(p, -1) if isinstance(p, str) else -1 for p in object_column(jobs, "placement_class")])
+    picked = slowdown[np.arange(len(jobs)), np.maximum(cls, 0)]
+    return np.where(cls >= 0, picked, 1.0)
+
+
+def assemble_frame(
+    jobs: pd.DataFrame,
+    quantiles_s: np.ndarray,
+    memory_point: np.ndarray,
+    memory_upper: np.ndarray,
+    slowdown: np.ndarray,
+    gpu_memory_mib: Mapping[str, float],
+    *,
+    model_version: str,
+    fallback: bool,
+    fallback_reason: str | None,
+) -> pd.DataFrame:
+    """The ``PREDICTION_COLUMNS`` frame from the parts (shared by the bundle and the fallback)."""
+    limit = numeric_column(jobs, "time_limit_s")
+    q = np.where(np.isfinite(limit[:, None]) & (limit[:, None] > 0), np.minimum(quantiles_s, limit[:, None]), quantiles_s)
+    gpus = numeric_column(jobs, "num_gpus")
+    no_gpu = gpus == 0
+    point = np.where(no_gpu, np.nan, memory_point)
+    upper = np.where(no_gpu, np.nan, memory_upper)
+    n = len(jobs)
+    data: dict[str, object] = {
+        "job_id": object_column(jobs, "job_id").astype(str) if n else np.array([], dtype=object),
+        "duration_p10_s": q[:, 0],
+        "duration_p50_s": q[:, 1],
+        "duration_p90_s": q[:, 2],
+        "peak_vram_mib": point,
+        "peak_vram_upper_mib": upper,
+        "fits_gpu_types": np.array(fitting_types(upper, gpu_memory_mib), dtype=object),
+    }
+    for j, col in enumerate(SLOWDOWN_COLUMNS):
+        data[col] = slowdown[:, j]
+    data["model_version"] = np.full(n, model_version, dtype=object)
+    data["fallback"] = np.full(n, fallback, dtype=bool)
+    data["fallback_reason"] = np.full(n, fallback_reason, dtype=object)
+    return pd.DataFrame(data, columns=list(PREDICTION_COLUMNS))
+
+
+@dataclass
+class JobPredictorBundle:
+    """Duration, memory and topology estimators with their feature pipeline and history snapshot.
+
+    Attributes
+    ----------
+    builder : JobFeatureBuilder
+        Fitted feature pipeline (its ``version_`` is ``FEATURE_PIPELINE_VERSION`` at fit time).
+    duration, memory, topology : fitted estimators
+    history : HistoryStore
+        Ended jobs known at training time; the serving layer copies and extends it.
+    global_median_s : float
+        Median duration of the training jobs (the ``global_median`` baseline and a fallback).
+    version : str
+        ``job-predictor/<n>`` once registered; ``unregistered`` before.
+    """
+
+    builder: JobFeatureBuilder
+    duration: DurationEstimator
+    memory: MemoryEstimator
+    topology: TopologyEstimator
+    history: HistoryStore
+    global_median_s: float
+    version: str = "unregistered"
+    gpu_memory_mib: Mapping[str, float] = field(default_factory=lambda: dict(GPU_MEMORY_MIB))
+    info: dict = field(default_factory=dict)
+
+    @property
+    def feature_pipeline_version(self) -> str:
+        return self.builder.version_
+
+    @property
+    def categorical_indices(self) -> list[int]:
+        return [FEATURE_NAMES.index(c) for c in CATEGORICAL_FEATURES]
+
+    def predict_frame(
+        self,
+        jobs: pd.DataFrame,
+        history: HistoryStore | None = None,
+        now: float | None = None,
+        *,
+        gpu_memory_mib: Mapping[str, float] | None = None,
+    ) -> pd.DataFrame:
+        """Predictions for ``jobs`` with history from ``history`` (default: the bundle's snapshot).
+
+        Parameters
+        ----------
+        jobs : DataFrame of shape (n_jobs, n_columns)
+            Canonical job rows (only ``job_id`` is required; unknown fields are null).
+        history : HistoryStore, optional
+            Ended jobs as of now; the bundle's own snapshot when None.
+        now : float, optional
+            Epoch seconds used as ``submit_ts`` of rows without one (default: wall clock).
+        gpu_memory_mib : mapping, optional
+            GPU type -> memory per device (MiB) for ``fits_gpu_types``; default the bundle's table.
+
+        Returns
+        -------
+        DataFrame with columns ``PREDICTION_COLUMNS``, one row per job in input order.
+        """
+        if self.builder.version_ != FEATURE_PIPELINE_VERSION:
+            from features.errors import InputError
+
+            raise InputError(
+                f"model {self.version} was built with feature pipeline {self.builder.version_}; this code runs "
+                f"{FEATURE_PIPELINE_VERSION}: retrain it"
+            )
+        cols = JobColumns(prepare_jobs(jobs, now))
+        store = self.history if history is None else history
+        return self.predict_with_state(cols, store.state_for(cols), gpu_memory_mib=gpu_memory_mib)
+
+    def predict_with_state(
+        self, jobs: pd.DataFrame | JobColumns, state: HistoryState, *,
+        gpu_memory_mib: Mapping[str, float] | None = None,
+    ) -> pd.DataFrame:
+        """``predict_frame`` with a given history state (point-in-time evaluation, replay)."""
+        table = self.gpu_memory_mib if gpu_memory_mib is None else gpu_memory_mib
+        jobs = jobs if isinstance(jobs, JobColumns) else JobColumns(jobs)
+        X = self.builder.transform_array(jobs, state)
+        quantiles = np.exp(self.duration.predict_log(X))
+        parts = analytic_memory(jobs, table)
+        point, upper = self.predict_memory(jobs, X, parts, table)
+        slowdown = self.topology.predict(jobs)
+        return assemble_frame(jobs, quantiles, point, upper, slowdown, table, model_version=self.version,
+                              fallback=False, fallback_reason=None)
+
+    def predict_memory(self, jobs: pd.DataFrame, X: np.ndarray, parts: MemoryParts,
+                       table: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+        """Corrected point estimate and upper bound of peak memory per GPU (MiB)."""
+        cap = np.fromiter((table.get(t, np.nan) if isinstance(t, str) else np.nan
+                           for t in object_column(jobs, "gpu_type")), "float64", len(jobs))
+        return self.memory.predict(memory_design(X, parts, cap), parts["total"])

@@ -1,0 +1,80 @@
+"""Thin helpers around LightGBM boosters: one place for defaults, fitting and fast prediction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import lightgbm as lgb
+import numpy as np
+
+__all__ = ["BoosterParams", "train_booster", "predict_booster"]
+
+
+@dataclass(frozen=True)
+class BoosterParams:
+    """Gradient boosting settings shared by the estimators (LightGBM parameter names)."""
+
+    n_estimators: int = 300
+    learning_rate: float = 0.06
+    num_leaves: int = 31
+    min_child_samples: int = 40
+    feature_fraction: float = 0.85
+    bagging_fraction: float = 0.8
+    lambda_l2: float = 1.0
+    max_bin: int = 127
+    num_threads: int = 0  # 0: LightGBM's default (all cores)
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def lgb_params(self, objective: str, **overrides: object) -> dict:
+        params = {
+            "objective": objective,
+            "learning_rate": self.learning_rate,
+            "num_leaves": self.num_leaves,
+            "min_child_samples": self.min_child_samples,
+            "feature_fraction": self.feature_fraction,
+            "bagging_fraction": self.bagging_fraction,
+            "bagging_freq": 1 if self.bagging_fraction < 1.0 else 0,
+            "lambda_l2": self.lambda_l2,
+            "max_bin": self.max_bin,
+            "num_threads": self.num_threads,
+            "seed": self.seed,
+            "deterministic": True,
+            "verbosity": -1,
+        }
+        params.update(self.extra)
+        params.update(overrides)
+        return params
+
+
+def train_booster(
+    X: np.ndarray,
+    y: np.ndarray,
+    params: BoosterParams,
+    objective: str,
+    *,
+    weight: np.ndarray | None = None,
+    feature_names: Sequence[str] | None = None,
+    categorical: Sequence[int] = (),
+    init_score: np.ndarray | None = None,
+    **overrides: object,
+) -> lgb.Booster:
+    """Train one booster on ``X`` (n, d) and ``y`` (n,); returns the LightGBM Booster."""
+    data = lgb.Dataset(
+        X,
+        label=y,
+        weight=weight,
+        init_score=init_score,
+        feature_name=list(feature_names) if feature_names is not None else "auto",
+        categorical_feature=list(categorical) if categorical else "auto",
+        free_raw_data=True,
+        params={"max_bin": params.max_bin, "verbosity": -1},
+    )
+    return lgb.train(params.lgb_params(objective, **overrides), data, num_boost_round=params.n_estimators)
+
+
+def predict_booster(booster: lgb.Booster, X: np.ndarray) -> np.ndarray:
+    """Predict with one thread for small batches (no thread start-up cost), all cores for large."""
+    threads = 1 if len(X) <= 2000 else 0
+    return booster.predict(X, num_threads=threads)

@@ -1,0 +1,130 @@
+"""Peak GPU memory per GPU: analytic estimate, learned correction, conformal upper bound, fit per GPU.
+
+1. ``models.memory_analytic.analytic_memory`` gives the estimate ``A`` from the record alone.
+2. Where measured peaks exist, two LightGBM boosters learn the correction ``r = log(actual / A)``
+   from the job features plus the analytic components (states, activations, assumed ZeRO stage,
+   GPU memory): a median (``point = A * exp(r50)``) and an upper quantile ``UPPER_QUANTILE``.
+   With fewer than ``min_labelled`` measured jobs the correction is a constant (the median and the
+   upper quantile of ``r``), which still removes a systematic bias.
+3. The upper bound is conformalised one-sided on a later time slice (split conformal on the score
+   ``r - r_upper``, level ``(1 - alpha)(1 + 1/n)``), so that at most ``alpha`` (5 %) of future jobs
+   peak above it. Without any measured peak, the bound is ``A * UNMEASURED_MARGIN``.
+4. A job fits a GPU type when its upper bound is at most the type's memory per device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import lightgbm as lgb
+import numpy as np
+
+from models.lgbm import BoosterParams, predict_booster, train_booster
+from models.memory_analytic import MemoryParts
+
+__all__ = ["UPPER_QUANTILE", "UNMEASURED_MARGIN", "MemoryEstimator", "memory_design", "fitting_types"]
+
+UPPER_QUANTILE = 0.95
+UNMEASURED_MARGIN = 1.25
+MEMORY_EXTRA_FEATURES: tuple[str, ...] = (
+    "mem_log_analytic", "mem_log_states", "mem_log_activations", "mem_zero_stage", "mem_log_gpu_memory",
+)
+
+
+def memory_design(X: np.ndarray, parts: MemoryParts, gpu_memory: np.ndarray) -> np.ndarray:
+    """Job features plus the analytic components: the memory correction's input, (n, d + 5)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        extra = np.column_stack([
+            np.log(parts["total"]), np.log(parts["states"]), np.log(np.maximum(parts["activations"], 1e-3)),
+            parts["zero_stage"], np.log(gpu_memory),
+        ])
+    return np.hstack([X, extra.astype(X.dtype)])
+
+
+def fitting_types(upper_mib: np.ndarray, gpu_memory_mib: Mapping[str, float]) -> list[str]:
+    """Comma-separated GPU types whose memory per device holds each job's upper bound ("" if none)."""
+    names = sorted(gpu_memory_mib, key=lambda k: (gpu_memory_mib[k], k))
+    caps = np.array([gpu_memory_mib[k] for k in names], dtype=float)
+    out = []
+    for u in np.asarray(upper_mib, dtype=float):
+        out.append(",".join(n for n, c in zip(names, caps, strict=True) if u <= c) if np.isfinite(u) else "")
+    return out
+
+
+@dataclass
+class MemoryEstimator:
+    """Analytic estimate corrected by LightGBM where measured peaks exist.
+
+    Parameters
+    ----------
+    params : BoosterParams
+        Settings for the correction boosters.
+    alpha : float, default 0.05
+        Target share of jobs peaking above the upper bound.
+    min_labelled : int, default 50
+        Fewer measured jobs than this give a constant correction instead of boosters.
+    """
+
+    params: BoosterParams = field(default_factory=lambda: BoosterParams(n_estimators=200, num_leaves=15,
+                                                                        min_child_samples=20))
+    alpha: float = 0.05
+    min_labelled: int = 50
+
+    def fit(self, Z: np.ndarray, analytic: np.ndarray, actual: np.ndarray, *, Z_cal: np.ndarray | None = None,
+            analytic_cal: np.ndarray | None = None, actual_cal: np.ndarray | None = None,
+            feature_names: list[str] | None = None, categorical: list[int] | None = None) -> MemoryEstimator:
+        """Learn ``log(actual / analytic)`` from rows where both are known; calibrate the bound.
+
+        Parameters
+        ----------
+        Z : ndarray of shape (n, d)
+            ``memory_design`` output.
+        analytic, actual : ndarray of shape (n,)
+            Analytic estimate and measured peak (MiB); rows with either unknown are skipped.
+        Z_cal, analytic_cal, actual_cal : optional
+            A later time slice for the conformal shift.
+        """
+        ok = np.isfinite(analytic) & (analytic > 0) & np.isfinite(actual) & (actual > 0)
+        self.n_labelled_ = int(ok.sum())
+        self.median_booster_: lgb.Booster | None = None
+        self.upper_booster_: lgb.Booster | None = None
+        self.const_median_, self.const_upper_ = 0.0, float(np.log(UNMEASURED_MARGIN))
+        self.shift_, self.n_calibration_ = 0.0, 0
+        if self.n_labelled_ == 0:
+            return self
+        r = np.log(actual[ok] / analytic[ok])
+        self.const_median_ = float(np.median(r))
+        self.const_upper_ = float(np.quantile(r, 1.0 - self.alpha))
+        if self.n_labelled_ >= self.min_labelled:
+            cats = categorical or []
+            self.median_booster_ = train_booster(Z[ok], r, self.params, "quantile", alpha=0.5,
+                                                 feature_names=feature_names, categorical=cats)
+            self.upper_booster_ = train_booster(Z[ok], r, self.params, "quantile", alpha=1.0 - self.alpha,
+                                                feature_names=feature_names, categorical=cats)
+        if Z_cal is not None and analytic_cal is not None and actual_cal is not None:
+            ok_c = np.isfinite(analytic_cal) & (analytic_cal > 0) & np.isfinite(actual_cal) & (actual_cal > 0)
+            n = int(ok_c.sum())
+            if n >= 10:
+                _, upper_r = self._corrections(Z_cal[ok_c])
+                scores = np.log(actual_cal[ok_c] / analytic_cal[ok_c]) - upper_r
+                self.shift_ = float(np.quantile(scores, min(1.0, (1.0 - self.alpha) * (1.0 + 1.0 / n))))
+                self.n_calibration_ = n
+        return self
+
+    def _corrections(self, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.median_booster_ is None or self.upper_booster_ is None:
+            return np.full(len(Z), self.const_median_), np.full(len(Z), self.const_upper_)
+        med = predict_booster(self.median_booster_, Z)
+        return med, np.maximum(predict_booster(self.upper_booster_, Z), med)
+
+    def predict(self, Z: np.ndarray, analytic: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Point estimate and upper bound (MiB) per job; NaN where the analytic estimate is unknown."""
+        med, upper = self._corrections(Z)
+        point = analytic * np.exp(med)
+        bound = analytic * np.exp(np.maximum(upper + self.shift_, med))
+        return point, bound
+
+    def feature_importance(self) -> np.ndarray | None:
+        """Total gain per input of the median correction booster (None for a constant correction)."""
+        return None if self.median_booster_ is None else self.median_booster_.feature_importance("gain")
