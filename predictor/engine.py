@@ -24,7 +24,6 @@ import pandas as pd
 
 from features.errors import InputError
 from features.history import HistoryStore
-from features.schema import conform
 from models.prediction import PREDICTION_COLUMNS, Prediction
 from predictor.capacity.inventory import Inventory, homogeneous_inventory
 from predictor.capacity.layout import MILLI, ClusterLayout
@@ -37,7 +36,7 @@ from predictor.policy.ledger import FairShareLedger, JobEvent
 from predictor.policy.plan import SchedulePlan
 from predictor.policy.presets import load_policy
 from predictor.policy.scheduler import decide
-from predictor.queue_picture import QueuePicture, pending_arrays
+from predictor.queue_picture import QueuePicture, canonical_frame, pending_arrays
 
 __all__ = ["Engine", "Scored", "UsageCharge", "build_engine", "registry_model_slot", "parse_model_uri"]
 
@@ -121,7 +120,7 @@ class Engine:
         """Add ended jobs (canonical records) to the history the features read; returns how many were new."""
         if not records:
             return 0
-        frame = conform(pd.DataFrame.from_records(list(records)))
+        frame = canonical_frame(records)
         with self._history_lock:
             _, history = self._current_history()
             self._finished.append(frame)
@@ -221,7 +220,7 @@ class Engine:
         Parameters
         ----------
         jobs : DataFrame of shape (n_jobs, n_columns)
-            Canonical job records (``features.schema.conform``d); ``job_id`` unique; ``num_gpus >= 1``.
+            Canonical job records (``features.schema.conform``-typed, e.g. ``canonical_frame``); ``job_id`` unique; ``num_gpus >= 1``.
             A job with the id of a tracked pending job replaces it in the picture.
         now : float
             Epoch seconds.

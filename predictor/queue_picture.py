@@ -7,18 +7,53 @@ snapshot, decide. No per-request database read, no per-request object graph.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from features.errors import InputError
+from features.schema import BOOL_COLUMNS, COLUMNS, FLOAT_COLUMNS, STRING_COLUMNS
 from models.prediction import SLOWDOWN_COLUMNS
 from predictor.capacity.layout import MILLI, ClusterLayout
 from predictor.policy.snapshot import ClusterSnapshot, PendingJobs, RunningJobs
 
-__all__ = ["Names", "Vocabulary", "RunningJob", "QueuePicture", "pending_arrays"]
+__all__ = ["Names", "Vocabulary", "RunningJob", "QueuePicture", "pending_arrays", "canonical_frame"]
+
+
+def _text(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _number(value: Any) -> float:
+    if value is None:
+        return np.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def canonical_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Canonical job records as a table, exactly as ``features.schema.conform`` would type them.
+
+    The serving path's version of ``conform(pd.DataFrame.from_records(records))``: built column by
+    column from Python values, about ten times faster on the few rows a request carries (a test
+    checks the two agree). Only canonical columns are kept.
+    """
+    data: dict[str, Any] = {}
+    for col in FLOAT_COLUMNS:
+        data[col] = np.array([_number(r.get(col)) for r in records], dtype=np.float64)
+    for col in STRING_COLUMNS:
+        data[col] = pd.array(np.array([_text(r.get(col)) for r in records], dtype=object), dtype="string")
+    for col in BOOL_COLUMNS:
+        data[col] = np.array([bool(r.get(col) or False) for r in records], dtype=bool)
+    return pd.DataFrame({col: data[col] for col in COLUMNS})
 
 
 @dataclass(frozen=True)

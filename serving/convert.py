@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import pandas as pd
 from fastapi.responses import Response
 
-from features.schema import conform
 from predictor.engine import Scored
 from predictor.model_slot import LoadedModel
+from predictor.queue_picture import canonical_frame
 from predictor.store.codec import decision_doc, prediction_doc
 from serving.schemas.jobs import JobSpec
 
@@ -18,14 +18,15 @@ __all__ = ["jobs_frame", "score_response", "JSONBytes"]
 
 
 def jobs_frame(specs: Sequence[JobSpec], now: float) -> pd.DataFrame:
-    """Canonical job records (``features.schema.conform``) for the specs, pending, submitted now unless given."""
+    """Canonical job records for the specs (typed as ``features.schema.conform`` types them), pending,
+    submitted now unless given."""
     records = []
     for spec in specs:
         rec = spec.model_dump(exclude_none=True)
         rec.setdefault("submit_ts", now)
         rec["state"] = "PENDING"
         records.append(rec)
-    return conform(pd.DataFrame.from_records(records))
+    return canonical_frame(records)
 
 
 class JSONBytes(Response):

@@ -100,7 +100,7 @@ def split_history(jobs: pd.DataFrame, train_fraction: float) -> Split:
     return Split(ordered, prefix.loc[ended].reset_index(drop=True), replayed.reset_index(drop=True), split_ts)
 
 
-def _source(kind: str, split: Split, config: ExperimentConfig) -> PredictionSource:
+def _source(kind: str, split: Split, config: ExperimentConfig, say: Callable[[str], None]) -> PredictionSource:
     if kind == "oracle":
         return OraclePredictions()
     if kind == "none":
@@ -108,7 +108,7 @@ def _source(kind: str, split: Split, config: ExperimentConfig) -> PredictionSour
     from predictor.sim.trained import TrainedPredictions
 
     return TrainedPredictions(history=split.history, train=split.train, split_ts=split.split_ts,
-                              retrain_every_s=config.retrain_every_s)
+                              retrain_every_s=config.retrain_every_s, on_phase=say)
 
 
 def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[str],
@@ -147,16 +147,21 @@ def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[
     split = split_history(jobs, cfg.train_fraction)
     table, truth = load_workload(split.replayed)
     predictions: dict[str, PredictionTable] = {}
+    fits: list[dict] = []
     records: list[ReplayRecord] = []
     for spec, path in specs:
         if spec.predictions not in predictions:
             say(f"predicting the replayed jobs ({spec.predictions})")
-            predictions[spec.predictions] = _source(spec.predictions, split, cfg).predict(table, inventory)
+            source = _source(spec.predictions, split, cfg, say)
+            predictions[spec.predictions] = source.predict(table, inventory)
+            fits.extend(getattr(source, "fits", []))
         policy = load_policy(spec.preset if path is None else path, base_file=policy_file)
         say(f"replaying {len(table):,} jobs under {spec.name}")
         rules = PolicyRules(spec.name, policy, table, inventory, predictions[spec.predictions])
         records.append(replay(table, inventory, rules, predictions[spec.predictions], cfg.sim))
-    return records, _run_info(split, table, truth, inventory, specs, predictions, cfg)
+    run = _run_info(split, table, truth, inventory, specs, predictions, cfg)
+    run["trained_models"] = fits
+    return records, run
 
 
 def _spec(name: str) -> tuple[PolicySpec, str | None]:

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from features.schema import PLACEMENT_CLASSES, conform
+from features.schema import PLACEMENT_CLASSES
 from predictor.capacity.layout import MILLI, ClusterLayout
-from predictor.queue_picture import QueuePicture, RunningJob
+from predictor.queue_picture import QueuePicture, RunningJob, canonical_frame
 from predictor.store.codec import prediction_row
 from predictor.store.jobs import canonical_record
 from predictor.store.tables import JobRow
@@ -67,7 +67,7 @@ def picture_from_rows(layout: ClusterLayout, rows: Sequence[JobRow], *, team_nam
             checkpoint_interval_s=_num(r.record.get("checkpoint_interval_s")), priority=int(r.priority or 0),
             attained_gpu_s=float(r.attained_gpu_s or 0.0)))
     records = [canonical_record(r) for r in pending]
-    jobs = conform(pd.DataFrame.from_records(records)) if records else conform(pd.DataFrame({"job_id": []}))
+    jobs = canonical_frame(records)
     preds = pd.DataFrame.from_records([prediction_row(r.prediction, r.job_id) for r in pending])
     if preds.empty:
         preds = pd.DataFrame({"job_id": pd.Series([], dtype=object)})

@@ -22,15 +22,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pandas as pd
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from features.schema import conform
 from models.prediction import Prediction
 from predictor.engine import Engine, UsageCharge
 from predictor.policy.config import PolicyConfig
-from predictor.queue_picture import QueuePicture
+from predictor.queue_picture import QueuePicture, canonical_frame
 from predictor.store.audit import Actor, record_audit
 from predictor.store.codec import decision_doc, prediction_doc
 from predictor.store.errors import ConflictError, NotFoundError, PermissionDeniedError
@@ -284,8 +282,7 @@ class TrackedQueue:
                 return (row, False), {"_events": []}
             record = {k: v for k, v in fields.items() if k not in ("job_id", "submit_ts")}
             submit_ts = float(fields.get("submit_ts", now))
-            frame = conform(pd.DataFrame.from_records([{**record, "job_id": job_id, "submit_ts": submit_ts,
-                                                        "state": "PENDING"}]))
+            frame = canonical_frame([{**record, "job_id": job_id, "submit_ts": submit_ts, "state": "PENDING"}])
             preds, _ = self.engine.predict(frame, now)
             row = JobRow(job_id=job_id, team=record.get("team"), user=record.get("user"),
                          queue=record.get("queue"), tier=record.get("tier"), status="pending", state="PENDING",
@@ -313,7 +310,7 @@ class TrackedQueue:
             for key in ("queue", "tier"):
                 if key in changes:
                     setattr(row, key, changes[key])
-            frame = conform(pd.DataFrame.from_records([canonical_record(row)]))
+            frame = canonical_frame([canonical_record(row)])
             preds, _ = self.engine.predict(frame, now)
             row.prediction = prediction_doc(Prediction.from_row(preds.iloc[0].to_dict()))
             row.revision += 1

@@ -42,16 +42,20 @@ def server_env(database_url: str, tmp_path: Path, **extra: str) -> dict[str, str
 
 @contextmanager
 def live_server(env: dict[str, str], log: Path, *, workers: int = 1, factory: str = TEST_FACTORY,
-                timeout_s: float = 60.0) -> Iterator[str]:
-    """Start uvicorn (``--workers`` processes) and yield its base URL once every worker is ready."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", "--factory", factory, "--host", "127.0.0.1", "--port", str(port),
-           "--workers", str(workers), "--log-level", "warning", "--no-access-log"]
+                timeout_s: float = 60.0, uds: Path | None = None) -> Iterator[str]:
+    """Start uvicorn (``--workers`` processes) and yield its base URL once every worker is ready.
+
+    With ``uds`` it listens on that Unix socket instead of a loopback port (the URL is then
+    ``http://localhost``; reach it with ``httpx.HTTPTransport(uds=...)``).
+    """
+    where = ["--uds", str(uds)] if uds else ["--host", "127.0.0.1", "--port", str(port := free_port())]
+    cmd = [sys.executable, "-m", "uvicorn", "--factory", factory, *where, "--workers", str(workers),
+           "--log-level", "warning", "--no-access-log"]
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    base = "http://localhost" if uds else f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(base, proc, log, timeout_s, workers)
+        _wait_ready(base, proc, log, timeout_s, workers, uds)
         yield base
     finally:
         proc.terminate()
@@ -62,14 +66,16 @@ def live_server(env: dict[str, str], log: Path, *, workers: int = 1, factory: st
             proc.wait()
 
 
-def _wait_ready(base: str, proc: subprocess.Popen, log: Path, timeout_s: float, workers: int) -> None:
+def _wait_ready(base: str, proc: subprocess.Popen, log: Path, timeout_s: float, workers: int,
+                uds: Path | None) -> None:
     deadline = time.monotonic() + timeout_s
     ready = 0
+    client = httpx.Client(transport=httpx.HTTPTransport(uds=str(uds)) if uds else None, timeout=2.0)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"uvicorn exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            r = httpx.get(f"{base}/readyz", timeout=2.0)
+            r = client.get(f"{base}/readyz")
             ready = ready + 1 if r.status_code == 200 else 0
             if ready >= 2 * workers:  # several answers in a row: every worker is up
                 return

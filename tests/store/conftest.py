@@ -6,20 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
 
 from predictor.store import Database
-
-
-def reset_postgres(url: str) -> None:
-    """Drop everything in the session database's public schema."""
-    db = Database(url)
-    try:
-        with db.engine.begin() as conn:
-            conn.execute(text("DROP SCHEMA public CASCADE"))
-            conn.execute(text("CREATE SCHEMA public"))
-    finally:
-        db.dispose()
+from tests.store.postgres import reset_postgres
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
