@@ -2,7 +2,7 @@
 
 import pytest
 
-from adapters.kueue_objects import workload
+from tests.adapters.kueue_objects import workload
 from predictor.adapters.crd_validation import CrdSchemas, ValidationFailure
 
 WPC = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": "prod"},

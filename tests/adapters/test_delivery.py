@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes import client
 
-from adapters.kube_emulator import kube_emulator
-from adapters.kueue_objects import workload
+from tests.adapters.kube_emulator import kube_emulator
+from tests.adapters.kueue_objects import workload
 from predictor.adapters.delivery import (
     decision_from_payload,
     decision_to_payload,

@@ -8,8 +8,8 @@ import json
 import pytest
 from kubernetes import client
 
-from adapters.kube_emulator import kube_emulator
-from adapters.kueue_objects import batch_job, workload
+from tests.adapters.kube_emulator import kube_emulator
+from tests.adapters.kueue_objects import batch_job, workload
 from predictor.adapters.cluster_policy import ClusterPolicy, TeamSpec, TierSpec
 from predictor.adapters.kueue import PREFERRED_TOPOLOGY, QUEUE_LABEL, REQUIRED_TOPOLOGY, KueueAdapter
 from predictor.adapters.kueue_manifests import all_manifests

@@ -1,6 +1,6 @@
 """The real-Slurm harness says what is missing instead of failing obscurely."""
 
-import integration.slurm_cluster as harness
+import tests.integration.slurm_cluster as harness
 
 
 def test_missing_mariadb_is_named(monkeypatch):

@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from integration.slurm_cluster import NODE_GPUS, SlurmCluster
+from tests.integration.slurm_cluster import NODE_GPUS, SlurmCluster
 
 from predictor.adapters.cluster_policy import ClusterPolicy, TeamSpec, TierSpec
 from predictor.adapters.retry import RetryExhausted, RetryPolicy

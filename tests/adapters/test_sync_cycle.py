@@ -9,8 +9,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from adapters.kube_emulator import kube_emulator
-from adapters.kueue_objects import workload
+from tests.adapters.kube_emulator import kube_emulator
+from tests.adapters.kueue_objects import workload
 from predictor.adapters.kueue import KueueAdapter
 from predictor.adapters.retry import RetryPolicy
 from predictor.adapters.sync_cycle import (

@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from nodeinfo.topologies import recorded
+from tests.nodeinfo.topologies import recorded
 from predictor.nodeinfo.matrix import render_matrix
 from predictor.nodeinfo.topology import MigInstance
 

@@ -3,7 +3,7 @@ import json
 import pynvml
 import pytest
 
-from nodeinfo.topologies import RECORDED
+from tests.nodeinfo.topologies import RECORDED
 from predictor.capacity.inventory import Node
 from predictor.capacity.inventory_sources import inventory_from_mapping
 from predictor.cli import main

@@ -1,7 +1,7 @@
 import pytest
 
 from features.errors import InputError
-from nodeinfo.topologies import RECORDED, recorded
+from tests.nodeinfo.topologies import RECORDED, recorded
 from predictor.nodeinfo.cpulist import cpus_from_mask_words, parse_cpulist
 from predictor.nodeinfo.pinning import plan_pinning, slurm_gpu_type
 

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from features.errors import InputError
-from nodeinfo.topologies import RECORDED, recorded
+from tests.nodeinfo.topologies import RECORDED, recorded
 from predictor.nodeinfo.records import (
     load_topology,
     topology_from_document,

@@ -1,7 +1,7 @@
 import pytest
 
 from features.schema import PLACEMENT_CLASSES
-from nodeinfo.topologies import RECORDED, recorded
+from tests.nodeinfo.topologies import RECORDED, recorded
 from predictor.capacity.inventory import Inventory, Node
 from predictor.nodeinfo.topology import GpuDevice, HostCpus, NodeTopology, inventory_gpu_type
 

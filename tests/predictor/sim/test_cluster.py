@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from sim_builders import on
+from tests.predictor.sim.sim_builders import on
 
 from predictor.capacity.inventory import Inventory, Node, homogeneous_inventory
 from predictor.policy.decision import Placement

@@ -1,5 +1,5 @@
 import pytest
-from sim_builders import JobRows
+from tests.predictor.sim.sim_builders import JobRows
 
 from features.errors import InputError
 from predictor.sim.experiment import POLICIES, ExperimentConfig, split_history

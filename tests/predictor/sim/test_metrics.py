@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from sim_builders import JobRows, ScriptedRules, decision, on
+from tests.predictor.sim.sim_builders import JobRows, ScriptedRules, decision, on
 
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.sim.metrics import (

@@ -3,7 +3,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sim_builders import JobRows
+from tests.predictor.sim.sim_builders import JobRows
 
 from predictor.sim.progress import JobProgress, JobStatus
 from predictor.sim.workload import load_workload

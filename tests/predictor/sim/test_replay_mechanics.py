@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from sim_builders import JobRows, ScriptedRules, decision, evict, on, reservation
+from tests.predictor.sim.sim_builders import JobRows, ScriptedRules, decision, evict, on, reservation
 
 from predictor.capacity.inventory import Inventory, Node, homogeneous_inventory
 from predictor.sim.cluster import PlanError

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sim_builders import JobRows
+from tests.predictor.sim.sim_builders import JobRows
 
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.sim.metrics import policy_metrics

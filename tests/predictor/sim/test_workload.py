@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from sim_builders import JobRows
+from tests.predictor.sim.sim_builders import JobRows
 
 from features.errors import InputError
 from features.schema import PLACEMENT_CLASSES
