@@ -198,8 +198,8 @@ class Engine:
                 preds = self.model.fallback.predict_frame(jobs, history, now)
                 preds = preds.assign(fallback=True, fallback_reason=reason)
                 model = LoadedModel(self.model.fallback, "fallback", True, reason, model.loaded_at)
-        if model.fallback and model.fallback_reason:
-            preds = preds.assign(fallback=True, fallback_reason=preds["fallback_reason"].fillna(model.fallback_reason))
+        if model.fallback and model.fallback_reason:  # the slot knows why no model answers; say that
+            preds = preds.assign(fallback=True, fallback_reason=model.fallback_reason)
         missing = [c for c in PREDICTION_COLUMNS if c not in preds.columns]
         if missing:
             raise RuntimeError(f"predictor {model.version} returned no {', '.join(missing)}")

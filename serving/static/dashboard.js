@@ -107,7 +107,8 @@ function renderQueue(highlight) {
       el("td", { class: "num priority" }, d ? d.priority : "-"),
       el("td", { class: "wide" }, scoreBar(d)),
       el("td", { class: "wide" }, intervalBar(p, range)),
-      el("td", { class: "num" }, p ? `${fmtMiB(p.peak_vram_mib)} (<= ${fmtMiB(p.peak_vram_upper_mib)})` : "-"),
+      el("td", { class: "num", title: p?.fits_gpu_types?.length ? `fits ${p.fits_gpu_types.join(", ")}` : "" },
+        p && p.peak_vram_mib !== null ? `${fmtMiB(p.peak_vram_mib)} (<= ${fmtMiB(p.peak_vram_upper_mib)})` : "unknown"),
       el("td", {}, d ? el("span", { class: `action ${d.action}`, title: d.reason }, d.action) : "-"));
     return tr;
   }));

@@ -1,7 +1,6 @@
-"""A deterministic predictor for tests that must not depend on a trained model.
-
-Half the time limit (or an hour) as p50, 20 GiB per GPU; placement slowdown 1.0, 1.1, ... 1.4.
-"""
+"""Predictors for tests: the real fallback behind a registry with no model, and a stand-in for
+loaded model versions in tests of the reload mechanics (half the time limit as p50, 20 GiB per GPU,
+placement slowdown 1.0, 1.1, ... 1.4)."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from features.schema import PLACEMENT_CLASSES
+from models.fallback import FallbackPredictor
 from models.prediction import PREDICTION_COLUMNS
 from predictor.model_slot import ModelSlot
 
@@ -32,6 +32,6 @@ class TimeLimitPredictor:
 
 
 def no_model_slot() -> ModelSlot:
-    """A slot with no registered model: the fallback answers."""
+    """A slot whose registry holds no model: the real analytic fallback answers."""
     return ModelSlot(uri="models:/job-predictor@champion", resolve=lambda: None, load=lambda v: None,
-                     fallback=TimeLimitPredictor(), poll_s=3600)
+                     fallback=FallbackPredictor(), poll_s=3600)

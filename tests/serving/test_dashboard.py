@@ -52,14 +52,16 @@ def test_live_queue_reservations_and_teams_update_over_the_websocket(browser, tm
                                                   "time_limit_s": 4 * 3600}).status_code == 201
                 api.post(f"/v1/jobs/run-{i}/events", json={"kind": "started"})
             r = api.post("/v1/jobs", json={"job_id": "train-1", "num_gpus": 16, "team": "nlp", "tier": "production",
-                                          "time_limit_s": 7200})
+                                          "time_limit_s": 7200, "model_params": 7e9, "precision": "bf16",
+                                          "optimizer": "adamw", "finetune_method": "lora", "batch_size": 4,
+                                          "seq_len": 4096})
             assert r.status_code == 201 and r.json()["decision"]["action"] == "reserve"
 
         row = page.wait_for_selector('#queue tr[data-job-id="train-1"]', timeout=10_000)
         cells = [c.inner_text() for c in row.query_selector_all("td")]
         assert cells[1:5] == ["train-1", "nlp", "production", "pending"]
         assert cells[6] == str(r.json()["decision"]["priority"])
-        assert cells[8].strip() == "30m - 60m - 2.0h"  # p10 - p50 - p90 of the test predictor
+        assert cells[8].strip() == "20m - 60m - 2.0h"  # the fallback: half the limit, / and x 3, capped
         assert "GiB" in cells[9] and cells[10] == "reserve"
         assert len(row.query_selector_all(".stack span")) == len(r.json()["decision"]["factors"])
         page.wait_for_selector("#timeline rect", timeout=10_000)
