@@ -18,6 +18,9 @@ present (synthetic ground truth), else from :func:`default_slowdowns`, which app
 link to cross). Real traces do not record how placement slowed their jobs, so that table is an
 assumption, stated in every report.
 
+*GPU shares*: a single-GPU job keeps its ``gpu_milli`` (openb's GPU sharing); a gang of several
+GPUs is replayed on whole GPUs (no trace here asks for shares of several GPUs).
+
 *Peak GPU memory* (``peak_vram_mib``): ``true_peak_vram_mib`` (ground truth) when present, else the
 measured label, else NaN (no out-of-memory crash is simulated for that job).
 """
