@@ -18,13 +18,15 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
 
 from features.errors import InputError
 from features.history import HistoryStore
-from models.prediction import PREDICTION_COLUMNS, Prediction
+from features.schema import PLACEMENT_CLASSES
+from models.prediction import PREDICTION_COLUMNS, SLOWDOWN_COLUMNS, Prediction
 from predictor.capacity.inventory import Inventory, homogeneous_inventory
 from predictor.capacity.layout import MILLI, ClusterLayout
 from predictor.capacity.placement import find_gang
@@ -196,10 +198,10 @@ class Engine:
                 log.exception("model %s failed; answering with the fallback", model.version)
                 reason = f"model {model.version} failed on this input: {type(exc).__name__}: {exc}"[:300]
                 preds = self.model.fallback.predict_frame(jobs, history, now)
-                preds = preds.assign(fallback=True, fallback_reason=reason)
                 model = LoadedModel(self.model.fallback, "fallback", True, reason, model.loaded_at)
         if model.fallback and model.fallback_reason:  # the slot knows why no model answers; say that
-            preds = preds.assign(fallback=True, fallback_reason=model.fallback_reason)
+            preds["fallback"] = True  # a frame the predictor just made for us: set in place
+            preds["fallback_reason"] = model.fallback_reason
         missing = [c for c in PREDICTION_COLUMNS if c not in preds.columns]
         if missing:
             raise RuntimeError(f"predictor {model.version} returned no {', '.join(missing)}")
@@ -230,19 +232,22 @@ class Engine:
         list of Scored
             In input order. A batch is decided together, as if all its jobs arrived at once.
         """
-        if jobs["job_id"].duplicated().any():
-            dup = jobs.loc[jobs["job_id"].duplicated(), "job_id"].iloc[0]
+        ids = jobs["job_id"].to_numpy(dtype=object).tolist()
+        if len(set(ids)) != len(ids):
+            seen: set = set()
+            dup = next(i for i in ids if i in seen or seen.add(i))
             raise InputError(f"job_id {dup!r} appears twice in the batch")
         preds, _ = self.predict(jobs, now)
+        columns = prediction_columns(preds)
         picture = self._picture
         vocab = picture.vocab.extended(jobs)
-        candidates = pending_arrays(jobs, preds, vocab, self.layout, now)
+        candidates = pending_arrays(jobs, columns, vocab, self.layout, now)
         trial = picture.with_candidates(candidates, vocab)
         plan = self.plan(trial, now)
         rows = np.arange(len(trial.pending) - len(candidates), len(trial.pending))
         decisions = decisions_for_rows(plan, rows, trial.pending.job_id)
-        records = preds.to_dict("records")
-        return [Scored(Prediction.from_row(r), d) for r, d in zip(records, decisions, strict=True)]
+        predictions = predictions_from_columns(columns)
+        return [Scored(p, d) for p, d in zip(predictions, decisions, strict=True)]
 
     # ------------------------------------------------------------------ placement of started jobs
     def place_started(self, picture: QueuePicture, num_gpus: int, gpu_milli: int,
@@ -268,6 +273,37 @@ class Engine:
             if choice is not None:
                 return [(node, list(idx)) for node, idx in lay.gpu_indices_by_node(choice.gpus)]
         return None
+
+
+def prediction_columns(preds: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The prediction table as one numpy array per column (read once, used several times)."""
+    return {c: preds[c].to_numpy() for c in PREDICTION_COLUMNS}
+
+
+def _finite_or_none(x: float) -> float | None:
+    return None if x != x else x
+
+
+def predictions_from_columns(columns: dict[str, np.ndarray]) -> list[Prediction]:
+    """``Prediction`` objects from prediction columns (what ``Prediction.from_row`` gives, per row)."""
+    slow = np.column_stack([np.asarray(columns[c], dtype=np.float64) for c in SLOWDOWN_COLUMNS]).tolist()
+    p10, p50, p90 = (np.asarray(columns[c], dtype=np.float64).tolist()
+                     for c in ("duration_p10_s", "duration_p50_s", "duration_p90_s"))
+    peak, upper = (np.asarray(columns[c], dtype=np.float64).tolist() for c in ("peak_vram_mib", "peak_vram_upper_mib"))
+    out = []
+    for i, job_id in enumerate(columns["job_id"].tolist()):
+        fits = columns["fits_gpu_types"][i]
+        reason = columns["fallback_reason"][i]
+        version = columns["model_version"][i]
+        out.append(Prediction(
+            job_id=str(job_id), duration_p10_s=p10[i], duration_p50_s=p50[i], duration_p90_s=p90[i],
+            peak_vram_mib=_finite_or_none(peak[i]), peak_vram_upper_mib=_finite_or_none(upper[i]),
+            fits_gpu_types=tuple(t for t in str(fits).split(",") if t) if isinstance(fits, str) else (),
+            slowdown=MappingProxyType(dict(zip(PLACEMENT_CLASSES, slow[i], strict=True))),
+            model_version=str(version) if isinstance(version, str) and version else "fallback",
+            fallback=bool(columns["fallback"][i]),
+            fallback_reason=reason if isinstance(reason, str) else None))
+    return out
 
 
 def decisions_for_rows(plan: SchedulePlan, rows: np.ndarray, ids: np.ndarray) -> list[Decision]:
