@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -216,7 +216,7 @@ class Engine:
         ``policy``: decide under this policy instead of the one in force)."""
         return decide(picture.snapshot(now, self.team_usage(now, picture, extra)), policy or self._policy)
 
-    def score(self, jobs: pd.DataFrame, now: float) -> list[Scored]:
+    def score(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None) -> list[Scored]:
         """Predict and decide for ``jobs`` as if they were submitted at ``now``; changes nothing.
 
         Parameters
@@ -226,27 +226,30 @@ class Engine:
             A job with the id of a tracked pending job replaces it in the picture.
         now : float
             Epoch seconds.
+        columns : mapping, optional
+            The same jobs as one array per column (``canonical_columns``), read instead of the table.
 
         Returns
         -------
         list of Scored
             In input order. A batch is decided together, as if all its jobs arrived at once.
         """
-        ids = jobs["job_id"].to_numpy(dtype=object).tolist()
+        table = jobs if columns is None else columns
+        ids = (jobs["job_id"].to_numpy(dtype=object) if columns is None else columns["job_id"]).tolist()
         if len(set(ids)) != len(ids):
             seen: set = set()
             dup = next(i for i in ids if i in seen or seen.add(i))
             raise InputError(f"job_id {dup!r} appears twice in the batch")
         preds, _ = self.predict(jobs, now)
-        columns = prediction_columns(preds)
+        predicted = prediction_columns(preds)
         picture = self._picture
-        vocab = picture.vocab.extended(jobs)
-        candidates = pending_arrays(jobs, columns, vocab, self.layout, now)
+        vocab = picture.vocab.extended(table)
+        candidates = pending_arrays(table, predicted, vocab, self.layout, now)
         trial = picture.with_candidates(candidates, vocab)
         plan = self.plan(trial, now)
         rows = np.arange(len(trial.pending) - len(candidates), len(trial.pending))
         decisions = decisions_for_rows(plan, rows, trial.pending.job_id)
-        predictions = predictions_from_columns(columns)
+        predictions = predictions_from_columns(predicted)
         return [Scored(p, d) for p, d in zip(predictions, decisions, strict=True)]
 
     # ------------------------------------------------------------------ placement of started jobs

@@ -5,19 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-import pandas as pd
+import numpy as np
 from fastapi.responses import Response
 
 from predictor.engine import Scored
 from predictor.model_slot import LoadedModel
-from predictor.queue_picture import canonical_frame
+from predictor.queue_picture import canonical_columns
 from predictor.store.codec import decision_doc, prediction_doc
 from serving.schemas.jobs import JobSpec
 
-__all__ = ["jobs_frame", "score_response", "JSONBytes"]
+__all__ = ["job_columns", "score_response", "JSONBytes"]
 
 
-def jobs_frame(specs: Sequence[JobSpec], now: float) -> pd.DataFrame:
+def job_columns(specs: Sequence[JobSpec], now: float) -> dict[str, np.ndarray]:
     """Canonical job records for the specs (typed as ``features.schema.conform`` types them), pending,
     submitted now unless given."""
     records = []
@@ -26,7 +26,7 @@ def jobs_frame(specs: Sequence[JobSpec], now: float) -> pd.DataFrame:
         rec.setdefault("submit_ts", now)
         rec["state"] = "PENDING"
         records.append(rec)
-    return canonical_frame(records)
+    return canonical_columns(records)
 
 
 class JSONBytes(Response):

@@ -7,7 +7,8 @@ import time
 from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import Response
 
-from serving.convert import jobs_frame, score_response
+from predictor.queue_picture import frame_of
+from serving.convert import job_columns, score_response
 from serving.deps import PrincipalDep, ServiceDep
 from serving.schemas.jobs import JobSpec
 from serving.schemas.score import ScoreRequest, ScoreResponse
@@ -27,7 +28,8 @@ async def score(body: ScoreRequest, service: ServiceDep, principal: PrincipalDep
             "loc": ["body", "jobs"], "type": "too_long",
             "msg": f"at most {service.settings.max_batch} jobs per request (PREDICTOR_MAX_BATCH)"}])
     now = time.time()
-    scored = service.engine.score(jobs_frame(specs, now), now)
+    columns = job_columns(specs, now)
+    scored = service.engine.score(frame_of(columns), now, columns=columns)
     service.metrics.count_decisions(((s.decision.tier, s.decision.action) for s in scored), source="score")
     fallbacks = sum(s.prediction.fallback for s in scored)
     if fallbacks:

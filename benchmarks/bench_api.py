@@ -1,0 +1,300 @@
+"""Scoring API throughput and latency, against a real uvicorn on loopback; prints JSON.
+
+1. Trains a model on a synthetic job history (``features.synth``), registers it in a temporary
+   MLflow store and makes it ``champion`` (``--model fallback`` skips this: the analytic fallback).
+2. Starts ``uvicorn --factory serving.app:create_app`` (``--workers N``) on a free loopback port with
+   a temporary SQLite store, and fills the tracked queue (``--tracked`` jobs, two thirds running), so
+   every decision is made against a busy cluster.
+3. Single jobs: ``POST /v1/score`` at a fixed offered rate (``--rate``, open loop: requests leave on
+   schedule whether or not earlier ones returned; latency is measured from the scheduled time, so a
+   stalled server cannot hide its queueing), for ``--duration`` seconds after a warm-up.
+4. Batches: ``--concurrency`` clients each sending batches of ``--batch-size`` jobs back to back for
+   ``--batch-duration`` seconds; jobs/s = jobs scored / elapsed.
+
+The load generator is a small asyncio HTTP/1.1 client with keep-alive connections (one per request in
+flight), so its own cost per request stays far below the server's. It shares the machine's cores
+with the server: the figures are for both on the same host.
+
+Targets (issue 6, on 2 cores): single-job p99 < 20 ms at 200 requests/s; >= 20,000 jobs/s in batches.
+
+Run: ``.venv/bin/python benchmarks/bench_api.py [--workers 2] [--model trained|fallback]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "bench-token-0123456789abcdef"
+JOB_FIELDS = ("user", "team", "queue", "tier", "time_limit_s", "job_name", "model_params", "precision", "optimizer",
+              "finetune_method", "batch_size", "seq_len")
+console = Console(stderr=True)
+
+
+# ---------------------------------------------------------------------------------------------- jobs
+def synthetic_jobs(n: int, seed: int):  # noqa: ANN201 - a DataFrame
+    from features.synth.pipeline import generate
+
+    return generate(n, seed=seed)
+
+
+def job_specs(jobs, n: int) -> list[dict]:  # noqa: ANN001
+    """API job documents from synthetic records (fields the API takes, valid values only)."""
+    specs = []
+    for i, row in enumerate(jobs.head(n).to_dict("records")):
+        spec: dict = {"job_id": f"bench-{i}", "num_gpus": int(min(max(row.get("num_gpus") or 1, 1), 64))}
+        for key in JOB_FIELDS:
+            value = row.get(key)
+            if value is None or value != value:
+                continue
+            spec[key] = value.item() if hasattr(value, "item") else value
+        if isinstance(spec.get("time_limit_s"), float) and spec["time_limit_s"] <= 0:
+            spec.pop("time_limit_s")
+        specs.append(spec)
+    return specs
+
+
+def register_model(jobs, workdir: Path, tracking: str) -> str:  # noqa: ANN001
+    """Fit a bundle (default settings, one LightGBM thread) and make it ``champion``; returns its version."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from models.fit import fit_bundle
+    from models.lgbm import BoosterParams
+    from models.registry import ensure_experiment, log_bundle, register_version
+
+    os.chdir(workdir)
+    bundle = fit_bundle(jobs, duration_params=BoosterParams(num_threads=1))
+    mlflow.set_tracking_uri(tracking)
+    mlflow.set_experiment(experiment_id=ensure_experiment("bench-api"))
+    with mlflow.start_run():
+        info = log_bundle(bundle, jobs.iloc[:3])
+    version = register_version(info.model_uri, {"purpose": "bench_api"})
+    MlflowClient(tracking_uri=tracking).set_registered_model_alias("job-predictor", "champion", version)
+    return f"job-predictor/{version}"
+
+
+# ---------------------------------------------------------------------------------------------- server
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(workdir: Path, tracking: str, workers: int, port: int) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREDICTOR_")}
+    env.update({
+        "PREDICTOR_DATABASE_URL": f"sqlite:///{workdir / 'state.db'}", "MLFLOW_TRACKING_URI": tracking,
+        "PREDICTOR_TOKENS": json.dumps([{"name": "bench", "role": "admin", "token": TOKEN}]),
+        "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+    })
+    log = open(workdir / "uvicorn.log", "wb")  # noqa: SIM115 - lives as long as the server
+    cmd = [sys.executable, "-m", "uvicorn", "--factory", "serving.app:create_app", "--host", "127.0.0.1",
+           "--port", str(port), "--workers", str(workers), "--log-level", "warning", "--no-access-log"]
+    return subprocess.Popen(cmd, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_ready(base: str, proc: subprocess.Popen, want_model: str | None, timeout_s: float = 300) -> dict:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"uvicorn exited with {proc.returncode}")
+        try:
+            ready = httpx.get(f"{base}/readyz", timeout=5).json()
+            if ready["status"] in ("ready", "degraded") and (want_model is None or ready["model"]["version"] == want_model):
+                return ready
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"server not ready in {timeout_s}s")
+
+
+def fill_queue(base: str, specs: list[dict], tracked: int) -> dict:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=base, headers=headers, timeout=60) as api:
+        for i, spec in enumerate(specs[:tracked]):
+            api.post("/v1/jobs", json={**spec, "job_id": f"tracked-{i}"}).raise_for_status()
+            if i < 2 * tracked // 3:
+                api.post(f"/v1/jobs/tracked-{i}/events", json={"kind": "started"}).raise_for_status()
+        counts = {"pending": 0, "running": 0}
+        for job in api.get("/v1/queue").json()["jobs"]:
+            counts[job["status"]] += 1
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------- load
+class Connection:
+    """One keep-alive HTTP/1.1 connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> Connection:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer)
+
+    async def post(self, request: bytes) -> int:
+        self.writer.write(request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        await self.reader.readexactly(length)
+        return status
+
+
+def request_bytes(body: dict, port: int) -> bytes:
+    data = json.dumps(body, separators=(",", ":")).encode()
+    return (f"POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
+
+
+async def open_loop(port: int, requests: list[bytes], rate: float, duration_s: float, warmup_s: float) -> dict:
+    """Send ``rate`` requests/s on schedule; latency from each request's scheduled time to its answer."""
+    idle: list[Connection] = []
+    latencies: list[float] = []
+    statuses: list[int] = []
+    total = int((warmup_s + duration_s) * rate)
+    start = time.perf_counter() + 0.2
+
+    async def one(i: int, due: float) -> None:
+        conn = idle.pop() if idle else await Connection.open(port)
+        try:
+            status = await conn.post(requests[i % len(requests)])
+        except (OSError, asyncio.IncompleteReadError):
+            status = 599
+            conn = None
+        done = time.perf_counter()
+        if due - start >= warmup_s:
+            latencies.append(done - due)
+            statuses.append(status)
+        if conn is not None:
+            idle.append(conn)
+
+    tasks = []
+    for i in range(total):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i, due)))
+    await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - (start + warmup_s)
+    lat = np.array(latencies) * 1000
+    return {"offered_rps": rate, "duration_s": duration_s, "requests": len(lat),
+            "achieved_rps": round(len(lat) / elapsed, 1), "errors": int(sum(s != 200 for s in statuses)),
+            "p50_ms": round(float(np.percentile(lat, 50)), 2), "p90_ms": round(float(np.percentile(lat, 90)), 2),
+            "p99_ms": round(float(np.percentile(lat, 99)), 2), "max_ms": round(float(lat.max()), 2),
+            "connections": len(idle)}
+
+
+async def closed_loop(port: int, requests: list[bytes], batch_size: int, concurrency: int,
+                      duration_s: float, warmup_s: float) -> dict:
+    """``concurrency`` clients sending batches back to back; jobs/s over the measured window."""
+    latencies: list[float] = []
+    errors = 0
+    start = time.perf_counter()
+    measure_from, stop_at = start + warmup_s, start + warmup_s + duration_s
+
+    async def client(k: int) -> None:
+        nonlocal errors
+        conn = await Connection.open(port)
+        i = k
+        while time.perf_counter() < stop_at:
+            t = time.perf_counter()
+            status = await conn.post(requests[i % len(requests)])
+            i += concurrency
+            if t >= measure_from:
+                latencies.append(time.perf_counter() - t)
+                errors += status != 200
+
+    await asyncio.gather(*(client(k) for k in range(concurrency)))
+    lat = np.array(latencies) * 1000
+    return {"batch_size": batch_size, "concurrency": concurrency, "duration_s": duration_s, "batches": len(lat),
+            "jobs_per_s": round(len(lat) * batch_size / duration_s, 1), "errors": int(errors),
+            "p50_ms": round(float(np.percentile(lat, 50)), 2), "p99_ms": round(float(np.percentile(lat, 99)), 2)}
+
+
+# ---------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=("trained", "fallback"), default="trained")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--batch-size", type=int, default=100)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--batch-duration", type=float, default=15.0)
+    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--tracked", type=int, default=30, help="jobs in the tracked queue (two thirds running)")
+    ap.add_argument("--history-jobs", type=int, default=3000, help="synthetic jobs to train on")
+    args = ap.parse_args(argv)
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
+        workdir = Path(tmp)
+        tracking = f"sqlite:///{workdir / 'mlflow.db'}"
+        with console.status("generating synthetic jobs"):
+            jobs = synthetic_jobs(args.history_jobs, seed=7)
+            specs = job_specs(synthetic_jobs(2000, seed=8), 2000)
+        model = None
+        if args.model == "trained":
+            with console.status(f"training on {len(jobs)} synthetic jobs and registering"):
+                t = time.perf_counter()
+                model = register_model(jobs, workdir, tracking)
+                console.print(f"registered {model} as champion in {time.perf_counter() - t:.0f} s")
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        proc = start_server(workdir, tracking, args.workers, port)
+        try:
+            with console.status("starting uvicorn"):
+                ready = wait_ready(base, proc, model)
+            tracked = fill_queue(base, specs[1000:], args.tracked)
+            singles = [request_bytes(s, port) for s in specs[:1000]]
+            batches = [request_bytes({"jobs": [{**s, "job_id": f"b{k}-{j}"} for j, s in
+                                               enumerate(specs[(k * args.batch_size) % 1000:][:args.batch_size])]},
+                                     port) for k in range(20)]
+            with console.status(f"single jobs at {args.rate:.0f} requests/s for {args.duration:.0f} s"):
+                single = asyncio.run(open_loop(port, singles, args.rate, args.duration, args.warmup))
+            with console.status(f"batches of {args.batch_size} for {args.batch_duration:.0f} s"):
+                batch = asyncio.run(closed_loop(port, batches, args.batch_size, args.concurrency,
+                                                args.batch_duration, args.warmup))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    result = {
+        "benchmark": "api",
+        "command": "benchmarks/bench_api.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "load_avg_before": [round(x, 2) for x in load_before]},
+        "server": {"workers": args.workers, "model": ready["model"]["version"], "fallback": ready["model"]["fallback"],
+                   "tracked_queue": tracked, "trained_on": f"{len(jobs)} synthetic jobs" if model else None},
+        "single": single,
+        "batch": batch,
+        "targets": {"single_p99_ms": 20.0, "batch_jobs_per_s": 20000.0},
+        "met": {"single_p99": single["p99_ms"] < 20.0 and single["errors"] == 0,
+                "batch_jobs_per_s": batch["jobs_per_s"] >= 20000.0 and batch["errors"] == 0},
+    }
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
