@@ -40,7 +40,8 @@ from predictor.policy.presets import load_policy
 from predictor.policy.scheduler import decide
 from predictor.queue_picture import QueuePicture, canonical_frame, pending_arrays
 
-__all__ = ["Engine", "Scored", "UsageCharge", "build_engine", "registry_model_slot", "parse_model_uri"]
+__all__ = ["Engine", "Scored", "UsageCharge", "build_engine", "registry_model_slot", "parse_model_uri",
+           "promote_model"]
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +218,11 @@ class Engine:
         return decide(picture.snapshot(now, self.team_usage(now, picture, extra)), policy or self._policy)
 
     def score(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None) -> list[Scored]:
+        """See :meth:`score_with_model`; returns only the scored jobs."""
+        return self.score_with_model(jobs, now, columns=columns)[0]
+
+    def score_with_model(self, jobs: pd.DataFrame, now: float, *,
+                         columns: Mapping[str, np.ndarray] | None = None) -> tuple[list[Scored], LoadedModel]:
         """Predict and decide for ``jobs`` as if they were submitted at ``now``; changes nothing.
 
         Parameters
@@ -233,6 +239,8 @@ class Engine:
         -------
         list of Scored
             In input order. A batch is decided together, as if all its jobs arrived at once.
+        LoadedModel
+            The model that predicted them (a hot reload during the request does not change it).
         """
         table = jobs if columns is None else columns
         ids = (jobs["job_id"].to_numpy(dtype=object) if columns is None else columns["job_id"]).tolist()
@@ -240,7 +248,7 @@ class Engine:
             seen: set = set()
             dup = next(i for i in ids if i in seen or seen.add(i))
             raise InputError(f"job_id {dup!r} appears twice in the batch")
-        preds, _ = self.predict(jobs, now)
+        preds, model = self.predict(jobs, now)
         predicted = prediction_columns(preds)
         picture = self._picture
         vocab = picture.vocab.extended(table)
@@ -250,7 +258,7 @@ class Engine:
         rows = np.arange(len(trial.pending) - len(candidates), len(trial.pending))
         decisions = decisions_for_rows(plan, rows, trial.pending.job_id)
         predictions = predictions_from_columns(predicted)
-        return [Scored(p, d) for p, d in zip(predictions, decisions, strict=True)]
+        return [Scored(p, d) for p, d in zip(predictions, decisions, strict=True)], model
 
     # ------------------------------------------------------------------ placement of started jobs
     def place_started(self, picture: QueuePicture, num_gpus: int, gpu_milli: int,
@@ -372,3 +380,14 @@ def build_engine(settings: Settings, *, model: ModelSlot | None = None) -> tuple
         inventory = homogeneous_inventory(DEFAULT_INVENTORY_GPUS)
     engine = Engine(model=model or registry_model_slot(settings), policy=policy, inventory=inventory)
     return engine, policy
+
+
+def promote_model(settings: Settings, *, source: str = "challenger", target: str = "champion",
+                  force: bool = False, reason: str | None = None) -> dict:
+    """Move the registry alias ``target`` to the version ``source`` names, through the promotion gate
+    of ``models.registry.promote`` (``force`` with a ``reason`` skips the gate). Returns its report."""
+    from models import registry
+
+    name, _, _ = parse_model_uri(settings.model_uri)
+    registry.tracking_uri(settings.mlflow_tracking_uri)
+    return registry.promote(name=name, source=source, target=target, force=force, reason=reason)

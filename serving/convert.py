@@ -45,4 +45,5 @@ def score_response(scored: Sequence[Scored], model: LoadedModel, now: float) -> 
                   "fallback": fallback, "fallback_reason": reasons[0] if reasons else model.fallback_reason},
         "scored_at": now,
     }
-    return JSONBytes(json.dumps(body, separators=(",", ":"), allow_nan=False).encode())
+    headers = {"x-model-version": model.version, "x-model-fallback": "true" if model.fallback else "false"}
+    return JSONBytes(json.dumps(body, separators=(",", ":"), allow_nan=False).encode(), headers=headers)

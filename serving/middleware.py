@@ -34,7 +34,10 @@ class ObservabilityMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", ()), *service.model_headers()]
+                headers = list(message.get("headers", ()))
+                if not any(name == b"x-model-version" for name, _ in headers):  # a scoring response names its own
+                    headers += service.model_headers()
+                message["headers"] = headers
             await send(message)
 
         try:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 
+from predictor.engine import promote_model
 from predictor.store import record_audit
 from serving.deps import AdminOnly, PrincipalDep, ServiceDep
+from serving.schemas.models import PromotionRequest, PromotionResult
 from serving.schemas.results import ModelStatusPublic
 
 router = APIRouter(prefix="/v1", tags=["models"])
@@ -25,5 +29,24 @@ async def reload_model(service: ServiceDep, admin: AdminOnly) -> ModelStatusPubl
     status = service.model_status()
     with service.db.writing() as s:
         record_audit(s, admin.as_actor(), "model.reload", service.engine.model.uri,
-                     {"swapped": swapped, "version": status.version, "fallback": status.fallback}, status.last_checked_at or 0.0)
+                     {"swapped": swapped, "version": status.version, "fallback": status.fallback}, time.time())
     return status
+
+
+@router.post("/models/promote", response_model=PromotionResult, summary="Promote a model version (admin)",
+             responses={403: {"description": "not an admin"}, 422: {"description": "no such alias, or force without reason"}})
+async def promote(body: PromotionRequest, service: ServiceDep, admin: AdminOnly) -> PromotionResult:
+    """Compare the ``source`` version with the ``target`` one on the same held-out jobs and move the
+    alias if it is not worse (``models.registry.promote``); then load it. Audited either way."""
+    report = await run_in_threadpool(promote_model, service.settings, source=body.source, target=body.target,
+                                     force=body.force, reason=body.reason)
+    if report.get("promoted"):
+        await run_in_threadpool(service.engine.model.check_once)
+    status = service.model_status()
+    details = {k: v for k, v in report.items() if k not in ("promoted", "version", "previous", "reason")}
+    with service.db.writing() as s:
+        record_audit(s, admin.as_actor(), "model.promote", f"{body.source}->{body.target}",
+                     {**body.model_dump(), "promoted": bool(report.get("promoted")), "version": report.get("version"),
+                      "outcome": report.get("reason")}, time.time())
+    return PromotionResult(promoted=bool(report.get("promoted")), version=report.get("version"),
+                           previous=report.get("previous"), reason=report.get("reason"), details=details, model=status)

@@ -29,9 +29,9 @@ async def score(body: ScoreRequest, service: ServiceDep, principal: PrincipalDep
             "msg": f"at most {service.settings.max_batch} jobs per request (PREDICTOR_MAX_BATCH)"}])
     now = time.time()
     columns = job_columns(specs, now)
-    scored = service.engine.score(frame_of(columns), now, columns=columns)
+    scored, model = service.engine.score_with_model(frame_of(columns), now, columns=columns)
     service.metrics.count_decisions(((s.decision.tier, s.decision.action) for s in scored), source="score")
     fallbacks = sum(s.prediction.fallback for s in scored)
     if fallbacks:
         service.metrics.fallback_predictions.inc(fallbacks)
-    return score_response(scored, service.engine.model.current, now)
+    return score_response(scored, model, now)

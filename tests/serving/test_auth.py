@@ -19,6 +19,7 @@ ENDPOINTS = [
     ("put", "/v1/policy", {}),
     ("get", "/v1/models", None),
     ("post", "/v1/models/reload", None),
+    ("post", "/v1/models/promote", {}),
 ]
 
 

@@ -24,7 +24,7 @@ def _register(seed: int, tracking: str, workdir: Path) -> str:
     from models.fit import fit_bundle
     from models.lgbm import BoosterParams
     from models.memory import MemoryEstimator
-    from models.registry import ensure_experiment, log_bundle, register_version
+    from models.registry import ensure_experiment, log_bundle, plain_frame, register_version
 
     small = BoosterParams(n_estimators=15, num_leaves=7, min_child_samples=5, num_threads=1)
     jobs = generate(300, seed=seed)
@@ -34,6 +34,9 @@ def _register(seed: int, tracking: str, workdir: Path) -> str:
     mlflow.set_experiment(experiment_id=ensure_experiment("hot-reload-test"))
     with mlflow.start_run():
         info = log_bundle(bundle, jobs.iloc[:3])
+        held = workdir / "heldout.parquet"  # what the promotion gate compares versions on
+        plain_frame(jobs.iloc[-60:]).to_parquet(held, index=False)
+        mlflow.log_artifact(str(held), artifact_path="heldout")
     return register_version(info.model_uri, {"seed": str(seed)})
 
 
@@ -79,15 +82,24 @@ def test_the_champion_alias_is_followed_without_failing_a_request(tmp_path: Path
                     r = c.post("/v1/score", json=job)
                     body = r.json() if r.status_code == 200 else {}
                     pred = body.get("results", [{}])[0].get("prediction", {})
-                    answers.append((r.status_code, body.get("model", {}).get("version", ""),
-                                    pred.get("model_version", ""), bool(pred.get("fallback", True))))
+                    version = body.get("model", {}).get("version", "")
+                    assert r.headers.get("x-model-version") == version or r.status_code != 200
+                    answers.append((r.status_code, version, pred.get("model_version", ""),
+                                    bool(pred.get("fallback", True))))
 
         threads = [threading.Thread(target=hammer) for _ in range(2)]
         for t in threads:
             t.start()
         time.sleep(1.0)
-        second = _register(2, tracking, tmp_path)
-        _champion(second, tracking)
+        second = _register(2, tracking, tmp_path)  # registered as challenger
+        assert api.post("/v1/models/promote", json={}).status_code == 403  # admins promote
+        gated = api.post("/v1/models/promote", json={}, headers=auth("admin"))
+        assert gated.status_code == 200 and gated.json()["reason"], gated.text  # compared on held-out jobs
+        assert {"candidate_metrics", "champion_metrics"} <= set(gated.json()["details"])
+        if not gated.json()["promoted"]:  # worse on some metric: an admin may still force it, saying why
+            forced = api.post("/v1/models/promote", json={"force": True, "reason": "hot-reload test"},
+                              headers=auth("admin"))
+            assert forced.status_code == 200 and forced.json()["promoted"], forced.text
         _wait_for_version(api, f"job-predictor/{second}")
         time.sleep(1.0)
         stop.set()
