@@ -14,7 +14,6 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.console import Console
 
 from predictor.config import get_settings, load_tokens
 
@@ -65,13 +64,13 @@ def register(app: typer.Typer) -> None:
             os.environ["PREDICTOR_WORKERS"] = str(workers)
         get_settings.cache_clear()
         settings = get_settings()
-        console = Console(stderr=True)
         token = None
         if not load_tokens(settings):
             path = Path.cwd() / GENERATED_TOKENS_FILE
             token = generate_admin_tokens_file(path)
             os.environ["PREDICTOR_TOKENS_FILE"] = str(path)
-            console.print(f"no API tokens configured: wrote an admin token to {path}")
+            get_settings.cache_clear()  # the app (in this process with one worker) reads it again
+            typer.echo(f"no API tokens configured: wrote an admin token to {path}", err=True)
         db = Database(settings.database_url)
         if settings.workers > 1 and not db.is_postgres:
             from features.errors import InputError
@@ -81,8 +80,8 @@ def register(app: typer.Typer) -> None:
         db.upgrade()  # once, before the workers start (they find nothing left to do)
         db.dispose()
         base = f"http://{settings.host if ':' not in settings.host else f'[{settings.host}]'}:{settings.port}"
-        console.print(f"API:       {base}/v1  (OpenAPI: {base}/docs)")
-        console.print(f"dashboard: {base}/dashboard/" + (f"#token={token}" if token else ""))
-        console.print(f"stream:    {base.replace('http', 'ws', 1)}/v1/stream")
+        typer.echo(f"API:       {base}/v1  (OpenAPI: {base}/docs)", err=True)
+        typer.echo(f"dashboard: {base}/dashboard/" + (f"#token={token}" if token else ""), err=True)
+        typer.echo(f"stream:    {base.replace('http', 'ws', 1)}/v1/stream", err=True)
         uvicorn.run(APP_FACTORY, factory=True, host=settings.host, port=settings.port, workers=settings.workers,
                     log_level=log_level, proxy_headers=False)
