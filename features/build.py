@@ -1,8 +1,8 @@
 """Point-in-time features for every model: request, workload, calendar and history features.
 
 ``JobFeatureBuilder`` is a scikit-learn style transformer. ``fit`` learns the category vocabularies
-(queue, GPU type, tier, precision, optimizer, fine-tuning method and the most frequent users);
-``transform(jobs, history=None)`` returns one row of features per job:
+(queue, GPU type, tier, precision, optimizer, fine-tuning method); ``transform(jobs, history=None)``
+returns one row of features per job:
 
 * ``history=None`` (training, evaluation, replay): the table is its own history, point in time
   (``features.history.history_state``: only jobs that ended before each job's submit time);
@@ -13,6 +13,18 @@
 All three go through ``history_state``/``HistoryStore.state_for`` -> the same ``_history_block``,
 so training and serving cannot drift apart. Bump ``FEATURE_PIPELINE_VERSION`` whenever a feature's
 definition changes; saved models record it and refuse a mismatch.
+
+Features (``FEATURE_NAMES``)
+    request: GPUs, GPU share, total GPU, nodes, CPUs, log host memory, log time limit (and whether
+    there is one), log checkpoint interval, whether there is a deadline; workload: log parameters,
+    bytes per parameter of the precision, log batch, log sequence, log tokens per step; calendar:
+    UTC hour of day, weekday, weekend; categories (see ``CATEGORICAL_FEATURES``); history, for each
+    key kind (user, team, family, request signature; ``features.history``): ended-job count (capped
+    at ``COUNT_CAP``), mean / std / recent median / last / last-2 of log duration, failure rate, log
+    GPU-hours per job, mean and last log(duration / limit), log hours since the last end, log(limit
+    / last limit), the limit scaled by the mean and the last ratio, share of short runs, share that
+    hit the limit, mean and last log peak GPU memory per GPU (with log GPUs and log batch x sequence of that job). User identity is not a feature: who the user is enters through their history,
+    which keeps the model valid as users come and go.
 """
 
 from __future__ import annotations
@@ -46,7 +58,7 @@ __all__ = [
     "history_with",
 ]
 
-FEATURE_PIPELINE_VERSION = "1.1"
+FEATURE_PIPELINE_VERSION = "1.4"
 
 #: Bytes per parameter of each training precision (weights as stored during training).
 PRECISION_BYTES: dict[str, float] = {
@@ -62,8 +74,10 @@ CATEGORICAL_FEATURES: dict[str, str] = {
     "cat_precision": "precision",
     "cat_optimizer": "optimizer",
     "cat_finetune": "finetune_method",
-    "cat_user": "user",
 }
+#: History counts are capped: enough to say how much evidence there is, too little to act as a clock
+#: (a cumulative count keeps growing, and trees would learn "after N jobs" as a stand-in for the date).
+COUNT_CAP = 20
 
 _REQUEST = (
     "num_gpus", "gpu_share", "gpu_total", "num_nodes", "cpus", "log_mem_mib", "log_time_limit_s",
@@ -73,8 +87,9 @@ _WORKLOAD = ("log_model_params", "precision_bytes", "log_batch_size", "log_seq_l
 _CALENDAR = ("hour_utc", "weekday", "weekend")
 _HISTORY_STATS = (
     "n", "mean_logd", "std_logd", "median_logd", "last1_logd", "last2_logd", "fail_rate",
-    "log_gpu_hours", "mean_ratio", "last_ratio", "log_hours_since_last_end", "limit_vs_last",
+    "log_gpu_hours_per_job", "mean_ratio", "last_ratio", "log_hours_since_last_end", "limit_vs_last",
     "ratio_estimate", "last_ratio_estimate", "short_rate", "limit_rate",
+    "mean_log_peak", "last_log_peak", "log_last_peak_gpus", "last_peak_log_tokens",
 )
 _HISTORY = tuple(f"{kind}_{stat}" for kind in KEY_KINDS for stat in _HISTORY_STATS)
 
@@ -104,14 +119,14 @@ def _history_block(state: HistoryState, submit: np.ndarray, time_limit: np.ndarr
             var = np.where(n_dur > 1, f("sum_logd2") / n_dur - mean * mean, np.nan)
             mean_ratio = np.where(n_ratio > 0, f("sum_ratio") / n_ratio, np.nan)
             blocks.append(np.column_stack([
-                n_ended,
+                np.minimum(n_ended, COUNT_CAP),
                 mean,
                 np.sqrt(np.maximum(var, 0.0)),
                 f("median_logd"),
                 f("last1_logd"),
                 f("last2_logd"),
                 np.where(n_ended > 0, f("n_fail") / n_ended, np.nan),
-                np.log1p(f("gpu_hours")),
+                np.where(n_ended > 0, np.log1p(f("gpu_hours") / n_ended), np.nan),
                 mean_ratio,
                 f("last_ratio"),
                 np.where(n_ended > 0, np.log1p(np.maximum(submit - f("last_end_ts"), 0.0) / 3600.0), np.nan),
@@ -120,6 +135,10 @@ def _history_block(state: HistoryState, submit: np.ndarray, time_limit: np.ndarr
                 log_limit + f("last_ratio"),
                 np.where(n_dur > 0, f("n_short") / n_dur, np.nan),
                 np.where(n_ratio > 0, f("n_at_limit") / n_ratio, np.nan),
+                np.where(f("n_peak") > 0, f("sum_log_peak") / f("n_peak"), np.nan),
+                f("last_log_peak"),
+                _log(f("last_peak_gpus")),
+                f("last_peak_log_tokens"),
             ]))
     return np.hstack(blocks)
 
@@ -141,9 +160,6 @@ class JobFeatureBuilder:
 
     Parameters
     ----------
-    max_users : int, default 500
-        At most this many users (the most frequent in ``fit``) get their own category code; the
-        others are unknown (missing) and rely on history features only.
     min_category_count : int, default 5
         Categories seen fewer times than this in ``fit`` are treated as unknown.
 
@@ -157,8 +173,7 @@ class JobFeatureBuilder:
         ``FEATURE_PIPELINE_VERSION`` at fit time.
     """
 
-    def __init__(self, *, max_users: int = 500, min_category_count: int = 5) -> None:
-        self.max_users = max_users
+    def __init__(self, *, min_category_count: int = 5) -> None:
         self.min_category_count = min_category_count
 
     def fit(self, jobs: pd.DataFrame, y: object = None) -> JobFeatureBuilder:
@@ -171,8 +186,6 @@ class JobFeatureBuilder:
                 continue
             counts = jobs[col].astype("string").value_counts()
             counts = counts[counts >= self.min_category_count]
-            if col == "user":
-                counts = counts.iloc[: self.max_users]
             self.vocabularies_[feature] = _Vocabulary({str(k): i for i, k in enumerate(sorted(counts.index))})
         self.feature_names_out_ = FEATURE_NAMES
         self.version_ = FEATURE_PIPELINE_VERSION

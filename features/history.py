@@ -198,6 +198,12 @@ class HistoryStore:
             s[_F["last_ratio"]] = ratio
         if limit > 0:
             s[_F["last_limit_s"]] = limit
+        if np.isfinite(row.log_peak):  # type: ignore[attr-defined]
+            s[_F["n_peak"]] += 1.0
+            s[_F["sum_log_peak"]] += row.log_peak  # type: ignore[attr-defined]
+            s[_F["last_log_peak"]] = row.log_peak  # type: ignore[attr-defined]
+            s[_F["last_peak_gpus"]] = row.num_gpus  # type: ignore[attr-defined]
+            s[_F["last_peak_log_tokens"]] = row.log_tokens  # type: ignore[attr-defined]
 
     def state_for(self, jobs: pd.DataFrame) -> HistoryState:
         """History state (as of now: everything in the store) for each job in ``jobs``."""

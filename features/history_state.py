@@ -58,6 +58,8 @@ STATE_FIELDS: tuple[str, ...] = (
     "sum_ratio",  # sum of log(duration / time_limit)
     "n_short",  # jobs that ran SHORT_RUN_S or less (crashed at start-up, trial runs)
     "n_at_limit",  # jobs that ran AT_LIMIT_SHARE of their time limit or more
+    "n_peak",  # jobs with a measured peak GPU memory
+    "sum_log_peak",  # sum of log(peak_vram_mib)
     "last_end_ts",  # end time of the latest ended job
     "last1_logd",  # log duration of the latest job with a duration
     "last2_logd",  # mean log duration of the latest two
@@ -65,9 +67,12 @@ STATE_FIELDS: tuple[str, ...] = (
     "median_logd",  # median log duration of the latest WINDOW
     "last_ratio",  # log(duration / time_limit) of the latest job that has both
     "last_limit_s",  # time limit of the latest job that has one
+    "last_log_peak",  # log(peak_vram_mib) of the latest job that has one
+    "last_peak_gpus",  # GPUs of that job (per-GPU peaks change with sharding)
+    "last_peak_log_tokens",  # log(batch x sequence) of that job (activations scale with it)
 )
 _F = {name: i for i, name in enumerate(STATE_FIELDS)}
-_N_SUMS = 11  # the leading fields are counts and sums (0 when empty); the rest are NaN when empty
+_N_SUMS = 13  # the leading fields are counts and sums (0 when empty); the rest are NaN when empty
 _EMPTY_STATE = np.array([0.0] * _N_SUMS + [np.nan] * (len(STATE_FIELDS) - _N_SUMS), dtype="float64")
 #: A run of at most this many seconds counts as short.
 SHORT_RUN_S = 60.0
@@ -89,32 +94,40 @@ def ended_events(jobs: pd.DataFrame, keys: dict[str, np.ndarray] | None = None) 
     """The jobs that count as history: ended (``end_ts`` known) and not censored.
 
     Returns one row per ended job with the columns history needs: ``job_id``, the three keys,
-    ``end_ts``, ``duration_s``, ``logd``, ``failed``, ``gpu_hours``, ``log_ratio``, ``time_limit_s``.
+    ``end_ts``, ``duration_s``, ``logd``, ``failed``, ``gpu_hours``, ``log_ratio``, ``time_limit_s``,
+    ``log_peak`` (log of the measured peak GPU memory per GPU), ``num_gpus`` and ``log_tokens``
+    (log of batch x sequence length, the batch alone without a sequence).
     """
     ended = np.isfinite(numeric_column(jobs, "end_ts"))
     if "censored" in jobs.columns:
         ended &= ~jobs["censored"].fillna(False).to_numpy(dtype=bool)
     src = jobs.loc[ended]
     keys = history_keys(src) if keys is None else {k: v[ended] for k, v in keys.items()}
-    dur = src["duration_s"].to_numpy(dtype="float64")
-    limit = src["time_limit_s"].to_numpy(dtype="float64")
-    share = src["gpu_milli"].to_numpy(dtype="float64") / 1000.0
+    dur = numeric_column(src, "duration_s")
+    limit = numeric_column(src, "time_limit_s")
+    share = numeric_column(src, "gpu_milli") / 1000.0
     share = np.where(np.isfinite(share), share, 1.0)
-    gpus = np.nan_to_num(src["num_gpus"].to_numpy(dtype="float64"), nan=0.0)
+    gpus = np.nan_to_num(numeric_column(src, "num_gpus"), nan=0.0)
+    peak = numeric_column(src, "peak_vram_mib")
+    seq = numeric_column(src, "seq_len")
     with np.errstate(invalid="ignore", divide="ignore"):
         logd = np.log(np.maximum(dur, 1.0))
         log_ratio = np.where((limit > 0) & np.isfinite(dur), np.log(np.maximum(dur, 1.0) / limit), np.nan)
+        log_peak = np.where(peak > 0, np.log(peak), np.nan)
     return pd.DataFrame(
         {
             "job_id": src["job_id"].astype("string").to_numpy(dtype=object),
             **{kind: keys[kind] for kind in KEY_KINDS},
-            "end_ts": src["end_ts"].to_numpy(dtype="float64"),
+            "end_ts": numeric_column(src, "end_ts"),
             "duration_s": dur,
             "logd": logd,
-            "failed": src["state"].isin(FAILURE_STATES).to_numpy(dtype=bool),
+            "failed": np.isin(object_column(src, "state"), list(FAILURE_STATES)),
             "gpu_hours": np.nan_to_num(gpus * share * dur / 3600.0, nan=0.0),
             "log_ratio": log_ratio,
             "time_limit_s": limit,
+            "log_peak": log_peak,
+            "num_gpus": gpus,
+            "log_tokens": np.log(numeric_column(src, "batch_size") * np.where(seq > 0, seq, 1.0)),
         }
     )
 
@@ -177,6 +190,8 @@ def _cumulative_states(ev: pd.DataFrame, codes: np.ndarray) -> np.ndarray:
     logd = np.where(has_d, ev["logd"].to_numpy(), 0.0)
     ratio = ev["log_ratio"].to_numpy()
     has_r = np.isfinite(ratio)
+    log_peak = ev["log_peak"].to_numpy()
+    has_p = np.isfinite(log_peak)
     summed = np.column_stack([
         np.ones(n),
         has_d,
@@ -189,6 +204,8 @@ def _cumulative_states(ev: pd.DataFrame, codes: np.ndarray) -> np.ndarray:
         np.where(has_r, ratio, 0.0),
         has_d & (dur <= SHORT_RUN_S),
         has_r & (ratio >= np.log(AT_LIMIT_SHARE)),
+        has_p,
+        np.where(has_p, log_peak, 0.0),
     ]).astype("float64")
     # sequential sums within each key (the same additions, in the same order, as HistoryStore.add)
     out[:, :_N_SUMS] = pd.DataFrame(summed).groupby(codes, sort=False).cumsum().to_numpy(dtype="float64")
@@ -207,6 +224,10 @@ def _cumulative_states(ev: pd.DataFrame, codes: np.ndarray) -> np.ndarray:
     out[:, _F["last_ratio"]] = _ffill_in_group(np.where(has_r, ratio, np.nan), group_start)
     limit = ev["time_limit_s"].to_numpy()
     out[:, _F["last_limit_s"]] = _ffill_in_group(np.where(limit > 0, limit, np.nan), group_start)
+    out[:, _F["last_log_peak"]] = _ffill_in_group(np.where(has_p, log_peak, np.nan), group_start)
+    out[:, _F["last_peak_gpus"]] = _ffill_in_group(np.where(has_p, ev["num_gpus"].to_numpy(), np.nan), group_start)
+    out[:, _F["last_peak_log_tokens"]] = _ffill_in_group(np.where(has_p, ev["log_tokens"].to_numpy(), np.nan),
+                                                         group_start)
     return out
 
 

@@ -4,8 +4,9 @@
 * ``user_last2``: arithmetic mean run time of the same user's last two ended jobs (Tsafrir, Etsion &
   Feitelson, "Backfilling using system-generated predictions", TPDS 2007); the last one when only
   one has ended;
-* ``family_mean``: mean run time of the same user's job family (``features.history.family_keys``),
-  or of the user's request signature where the log has no job names;
+* ``family_mean``: mean run time of the same user's job family (``features.history.family_keys``:
+  user + job name without digits/dates). Logs without job names (the SWF logs here) have no
+  families, so it answers the global median there;
 * ``global_median``: median run time of the uncensored training jobs.
 
 Where a baseline has nothing to say (no time limit, a user's first job) it answers the global
@@ -46,8 +47,6 @@ def baseline_predictions(jobs: pd.DataFrame, state: HistoryState, global_median_
 
     with np.errstate(divide="ignore", invalid="ignore"):
         family = state.get("family", "sum_d") / state.get("family", "n_dur")
-        request = state.get("request", "sum_d") / state.get("request", "n_dur")
-    family = np.where(np.isfinite(family), family, request)
     return {
         "requested_time": fill(numeric_column(jobs, "time_limit_s")),
         "user_last2": fill(state.get("user", "last2_d")),

@@ -30,7 +30,7 @@ from models.memory_analytic import GPU_MEMORY_MIB, MemoryParts, analytic_memory
 from models.prediction import PREDICTION_COLUMNS, SLOWDOWN_COLUMNS
 from models.topology import TopologyEstimator
 
-__all__ = ["JobPredictorBundle", "prepare_jobs", "placement_slowdown", "assemble_frame"]
+__all__ = ["JobPredictorBundle", "prepare_jobs", "placement_slowdown", "assemble_frame", "duration_offset"]
 
 _CLASS_INDEX = {c: i for i, c in enumerate(PLACEMENT_CLASSES)}
 
@@ -46,6 +46,17 @@ def prepare_jobs(jobs: pd.DataFrame, now: float | None) -> pd.DataFrame:
         jobs = jobs.copy()
         jobs["submit_ts"] = np.where(np.isnan(submit), time.time() if now is None else float(now), submit)
     return jobs
+
+
+def duration_offset(jobs: pd.DataFrame | JobColumns, global_median_s: float) -> np.ndarray:
+    """Base of the duration model in log seconds: the time limit where there is one, else the median.
+
+    The boosters learn ``log(duration) - offset``. Anchoring at the limit makes "runs until the
+    scheduler stops it" an exact prediction (a ratio of 1), which a plain log-duration target cannot
+    express for jobs with different limits in one leaf.
+    """
+    limit = numeric_column(jobs, "time_limit_s")
+    return np.log(np.where(limit > 0, limit, global_median_s))
 
 
 def placement_slowdown(jobs: pd.DataFrame, slowdown: np.ndarray) -> np.ndarray:
@@ -171,7 +182,7 @@ class JobPredictorBundle:
         table = self.gpu_memory_mib if gpu_memory_mib is None else gpu_memory_mib
         jobs = jobs if isinstance(jobs, JobColumns) else JobColumns(jobs)
         X = self.builder.transform_array(jobs, state)
-        quantiles = np.exp(self.duration.predict_log(X))
+        quantiles = np.exp(self.duration.predict_log(X) + duration_offset(jobs, self.global_median_s)[:, None])
         parts = analytic_memory(jobs, table)
         point, upper = self.predict_memory(jobs, X, parts, table)
         slowdown = self.topology.predict(jobs)

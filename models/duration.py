@@ -13,7 +13,7 @@ Censored jobs (right-censoring: still running when the log ended)
     ``sigma = (q90 - q10) / 2.563`` (the 10-90 % span of a normal); replace the job by
     ``CENSORED_DRAWS`` pseudo-observations at the conditional quantiles ``u = 1/6, 1/2, 5/6`` of
     that normal *truncated to [log L, inf)*, each with weight ``1 / CENSORED_DRAWS``; refit; repeat
-    ``censoring_rounds`` times. Every imputed value is ``>= L``, and a job whose bound is far above
+    ``censoring_rounds`` times (default once). Every imputed value is ``>= L``, and a job whose bound is far above
     the model's belief gets values just above its bound. (Akin to the EM / "Buckley-James"
     treatment of censored regression, with the quantile models supplying the conditional law.)
 
@@ -27,7 +27,8 @@ Calibration (conformalised quantile regression, Romano, Patterson & Candes, Neur
     ``alpha = 1 - coverage``; the interval ``[q10 - s_lo, q90 + s_hi]`` then covers ``coverage`` of
     exchangeable future jobs. Only uncensored calibration jobs are scored. With
     ``refit_on_calibration`` the boosters are refitted on train + calibration (same settings) after
-    the shifts are computed, so the most recent jobs inform the model; the shifts are kept.
+    the shifts are computed, so the most recent jobs inform the model; the shifts are kept (off by
+    default: on the SWF logs it did not help, and it voids the split-conformal guarantee).
 """
 
 from __future__ import annotations
@@ -85,16 +86,22 @@ class DurationEstimator:
         LightGBM settings for the three boosters.
     coverage : float, default 0.8
         Target coverage of the p10-p90 interval after calibration.
-    censoring_rounds : int, default 2
+    censoring_rounds : int, default 1
         Imputation rounds for censored jobs (0: censored jobs are dropped).
-    refit_on_calibration : bool, default True
-        Refit on train + calibration after computing the conformal shifts.
+    refit_on_calibration : bool, default False
+        Refit on train + calibration after computing the conformal shifts (censored rows imputed
+        once more by the calibrated-on model, no further rounds). Off by default: split conformal
+        coverage holds exactly only for a model that never saw the calibration slice.
+    max_rows : int, default 400_000
+        Fit on at most this many of the most recent rows (long histories: recent behaviour matters
+        most, and it bounds training time).
     """
 
     params: BoosterParams = field(default_factory=BoosterParams)
     coverage: float = 0.8
-    censoring_rounds: int = 2
-    refit_on_calibration: bool = True
+    censoring_rounds: int = 1
+    refit_on_calibration: bool = False
+    max_rows: int = 400_000
 
     def _fit_boosters(self, X: np.ndarray, y: np.ndarray, w: np.ndarray, names, cats) -> list[lgb.Booster]:
         return [
@@ -102,18 +109,24 @@ class DurationEstimator:
             for q in QUANTILES
         ]
 
-    def _fit_censored(self, X, y, censored, names, cats) -> list[lgb.Booster]:
+    def _fit_censored(self, X, y, censored, weight, names, cats, *, start: list[lgb.Booster] | None = None,
+                      rounds: int | None = None) -> list[lgb.Booster]:
+        """Fit with censored rows imputed ``rounds`` times, starting from ``start`` boosters if given."""
+        if len(X) > self.max_rows:
+            X, y, censored, weight = X[-self.max_rows:], y[-self.max_rows:], censored[-self.max_rows:], weight[-self.max_rows:]
         exact = ~censored
-        boosters = self._fit_boosters(X[exact], y[exact], np.ones(exact.sum()), names, cats)
-        if not censored.any() or self.censoring_rounds <= 0:
-            return boosters
+        rounds = self.censoring_rounds if rounds is None else rounds
+        if not censored.any() or rounds <= 0:
+            return self._fit_boosters(X[exact], y[exact], weight[exact], names, cats)
+        boosters = start if start is not None else self._fit_boosters(X[exact], y[exact], weight[exact], names, cats)
         Xc, bound = X[censored], y[censored]
         Xc_rep = np.repeat(Xc, CENSORED_DRAWS, axis=0)
-        for _ in range(self.censoring_rounds):
+        for _ in range(rounds):
             quant = self._raw_predict(boosters, Xc)
-            imputed, weights = impute_censored(bound, quant)
+            imputed, draw_weights = impute_censored(bound, quant)
             boosters = self._fit_boosters(
-                np.vstack([X[exact], Xc_rep]), np.r_[y[exact], imputed], np.r_[np.ones(exact.sum()), weights],
+                np.vstack([X[exact], Xc_rep]), np.r_[y[exact], imputed],
+                np.r_[weight[exact], draw_weights * np.repeat(weight[censored], CENSORED_DRAWS)],
                 names, cats,
             )
         return boosters
@@ -133,6 +146,7 @@ class DurationEstimator:
         censored_cal: np.ndarray | None = None,
         feature_names: list[str] | None = None,
         categorical: list[int] | None = None,
+        sample_weight: np.ndarray | None = None,
     ) -> DurationEstimator:
         """Fit on (``X``, ``log_duration``); calibrate on the ``*_cal`` slice when given.
 
@@ -144,9 +158,12 @@ class DurationEstimator:
         censored : ndarray of bool, shape (n,)
         X_cal, log_duration_cal, censored_cal : optional
             A later time slice for conformal calibration (same layout).
+        sample_weight : ndarray of shape (n,), optional
+            Row weights for the training rows (calibration rows weigh 1 in a refit).
         """
         cats = categorical or []
-        self.boosters_ = self._fit_censored(X, log_duration, censored, feature_names, cats)
+        weight = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+        self.boosters_ = self._fit_censored(X, log_duration, censored, weight, feature_names, cats)
         self.shift_lo_, self.shift_hi_, self.n_calibration_ = 0.0, 0.0, 0
         if X_cal is not None and log_duration_cal is not None and len(X_cal):
             cens_cal = np.zeros(len(X_cal), bool) if censored_cal is None else censored_cal
@@ -162,7 +179,8 @@ class DurationEstimator:
             if self.refit_on_calibration:
                 self.boosters_ = self._fit_censored(
                     np.vstack([X, X_cal]), np.r_[log_duration, log_duration_cal], np.r_[censored, cens_cal],
-                    feature_names, cats,
+                    np.r_[weight, np.ones(len(X_cal))], feature_names, cats, start=self.boosters_,
+                    rounds=min(1, self.censoring_rounds),
                 )
         return self
 

@@ -2,8 +2,10 @@
 
 1. ``models.memory_analytic.analytic_memory`` gives the estimate ``A`` from the record alone.
 2. Where measured peaks exist, two LightGBM boosters learn the correction ``r = log(actual / A)``
-   from the job features plus the analytic components (states, activations, assumed ZeRO stage,
-   GPU memory): a median (``point = A * exp(r50)``) and an upper quantile ``UPPER_QUANTILE``.
+   from the job features (including the family's and request signature's last measured peak)
+   plus the analytic components (states, activations, assumed ZeRO stage, GPU memory) and the
+   differences to the last measured run (``memory_design``): a median (``point = A * exp(r50)``)
+   and an upper quantile ``UPPER_QUANTILE``.
    With fewer than ``min_labelled`` measured jobs the correction is a constant (the median and the
    upper quantile of ``r``), which still removes a systematic bias.
 3. The upper bound is conformalised one-sided on a later time slice (split conformal on the score
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 import lightgbm as lgb
 import numpy as np
 
+from features.build import FEATURE_NAMES
 from models.lgbm import BoosterParams, predict_booster, train_booster
 from models.memory_analytic import MemoryParts
 
@@ -27,19 +30,36 @@ __all__ = ["UPPER_QUANTILE", "UNMEASURED_MARGIN", "MemoryEstimator", "memory_des
 
 UPPER_QUANTILE = 0.95
 UNMEASURED_MARGIN = 1.25
+_PEAK_KINDS = ("family", "request")
 MEMORY_EXTRA_FEATURES: tuple[str, ...] = (
     "mem_log_analytic", "mem_log_states", "mem_log_activations", "mem_zero_stage", "mem_log_gpu_memory",
+    *(f"mem_{k}_last_peak_vs_analytic" for k in _PEAK_KINDS),
+    *(f"mem_{k}_log_gpus_vs_last" for k in _PEAK_KINDS),
+    *(f"mem_{k}_log_tokens_vs_last" for k in _PEAK_KINDS),
 )
+_COL = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
 
 def memory_design(X: np.ndarray, parts: MemoryParts, gpu_memory: np.ndarray) -> np.ndarray:
-    """Job features plus the analytic components: the memory correction's input, (n, d + 5)."""
+    """Job features plus the analytic components: the memory correction's input.
+
+    Besides the analytic terms, the differences between this job and the latest measured run of
+    its family / request signature (log peak vs this job's estimate, log GPUs, log batch x sequence)
+    are given explicitly: the same job run again peaks where it peaked before, and trees split on
+    a difference far more easily than they learn one.
+    """
     with np.errstate(divide="ignore", invalid="ignore"):
-        extra = np.column_stack([
-            np.log(parts["total"]), np.log(parts["states"]), np.log(np.maximum(parts["activations"], 1e-3)),
-            parts["zero_stage"], np.log(gpu_memory),
-        ])
-    return np.hstack([X, extra.astype(X.dtype)])
+        log_total = np.log(parts["total"])
+        log_gpus = X[:, _COL["num_gpus"]].astype(float)
+        log_gpus = np.log(np.where(log_gpus > 0, log_gpus, np.nan))
+        tokens = X[:, _COL["log_tokens_per_step"]].astype(float)
+        tokens = np.where(np.isfinite(tokens), tokens, X[:, _COL["log_batch_size"]].astype(float))
+        extra = [np.log(parts["total"]), np.log(parts["states"]), np.log(np.maximum(parts["activations"], 1e-3)),
+                 parts["zero_stage"], np.log(gpu_memory)]
+        extra += [X[:, _COL[f"{k}_last_log_peak"]] - log_total for k in _PEAK_KINDS]
+        extra += [log_gpus - X[:, _COL[f"{k}_log_last_peak_gpus"]] for k in _PEAK_KINDS]
+        extra += [tokens - X[:, _COL[f"{k}_last_peak_log_tokens"]] for k in _PEAK_KINDS]
+    return np.hstack([X, np.column_stack(extra).astype(X.dtype)])
 
 
 def fitting_types(upper_mib: np.ndarray, gpu_memory_mib: Mapping[str, float]) -> list[str]:
@@ -64,12 +84,15 @@ class MemoryEstimator:
         Target share of jobs peaking above the upper bound.
     min_labelled : int, default 50
         Fewer measured jobs than this give a constant correction instead of boosters.
+    max_rows : int, default 300_000
+        Fit the boosters on at most this many of the most recent measured jobs.
     """
 
-    params: BoosterParams = field(default_factory=lambda: BoosterParams(n_estimators=200, num_leaves=15,
+    params: BoosterParams = field(default_factory=lambda: BoosterParams(n_estimators=400, num_leaves=31,
                                                                         min_child_samples=20))
     alpha: float = 0.05
     min_labelled: int = 50
+    max_rows: int = 300_000
 
     def fit(self, Z: np.ndarray, analytic: np.ndarray, actual: np.ndarray, *, Z_cal: np.ndarray | None = None,
             analytic_cal: np.ndarray | None = None, actual_cal: np.ndarray | None = None,
@@ -98,9 +121,10 @@ class MemoryEstimator:
         self.const_upper_ = float(np.quantile(r, 1.0 - self.alpha))
         if self.n_labelled_ >= self.min_labelled:
             cats = categorical or []
-            self.median_booster_ = train_booster(Z[ok], r, self.params, "quantile", alpha=0.5,
+            Z_fit, r_fit = Z[ok][-self.max_rows:], r[-self.max_rows:]
+            self.median_booster_ = train_booster(Z_fit, r_fit, self.params, "quantile", alpha=0.5,
                                                  feature_names=feature_names, categorical=cats)
-            self.upper_booster_ = train_booster(Z[ok], r, self.params, "quantile", alpha=1.0 - self.alpha,
+            self.upper_booster_ = train_booster(Z_fit, r_fit, self.params, "quantile", alpha=1.0 - self.alpha,
                                                 feature_names=feature_names, categorical=cats)
         if Z_cal is not None and analytic_cal is not None and actual_cal is not None:
             ok_c = np.isfinite(analytic_cal) & (analytic_cal > 0) & np.isfinite(actual_cal) & (actual_cal > 0)

@@ -4,20 +4,24 @@ The estimate is the sum of three terms (bytes per GPU), then an overhead in MiB:
 
 1. **Model states** (ZeRO paper, Rajbhandari et al., SC'20, sec. 3; DeepSpeed
    ``estimate_zero2_model_states_mem_needs`` / ``estimate_zero3_model_states_mem_needs``; Hugging
-   Face ``accelerate estimate-memory``, whose "Adam needs ~4x the model size" is the fp32 case
-   below). Each *trainable* parameter costs ``w + g + m + o`` bytes: weights and gradients in the
-   training precision (``w = g = 4`` for fp32/tf32, 2 for fp16/bf16/fp8), an fp32 master copy
-   ``m = 4`` under mixed precision, optimizer state ``o`` (AdamW 8, 8-bit Adam 2, SGD+momentum 4,
-   Adafactor ~0). Mixed-precision AdamW: 2 + 2 + 12 = 16 bytes (DeepSpeed's ``4P + 16P/N`` for
-   ZeRO-2 is the same split). LoRA/QLoRA: ``LORA_FRACTION`` of the parameters train (fp32 adapters,
-   16 bytes each); the frozen rest costs ``w`` (LoRA) or NF4 with double quantisation, 4.127 bits
-   = 0.516 bytes (QLoRA, Dettmers et al., 2023). int8/int4 precision stores frozen weights at 1 / 0.5
-   bytes.
-   Sharding over the job's ``N`` GPUs: DDP keeps everything on every GPU; ZeRO-2 shards gradients
-   and optimizer states; ZeRO-3 / FSDP full-shard shards everything and gathers ~2 layers at a time
-   (DeepSpeed's ``largest_layer_memory``). Single-GPU jobs use DDP; a multi-GPU job is assumed to
-   use the *lowest* stage whose estimate fits its GPU type's memory (what an engineer configures),
-   ZeRO-3 when the GPU type is unknown or nothing fits.
+   Face ``accelerate estimate-memory``). Per *trainable* parameter: weights and gradients in the
+   training precision (``w = 4`` bytes for fp32/tf32, 2 for fp16/bf16/fp8), optimizer state ``o``
+   (AdamW 8, 8-bit Adam 2, SGD+momentum 4, Adafactor ~0), and under mixed precision an fp32 master
+   copy plus fp32 gradients (8) for the optimizer step. With ``N`` GPUs:
+
+   * DDP (replicated): ``2w + o`` (+4 mixed) = 16 bytes for AdamW in fp32 *and* mixed precision:
+     the ZeRO paper's ``2 + 2 + 12`` and accelerate's "Adam needs ~4x the fp32 model size";
+   * ZeRO-2: ``2w + (o + 8) / N`` = DeepSpeed's ``4P + 16P/N`` for mixed-precision AdamW;
+   * ZeRO-3 / FSDP full shard: ``(w + o + 8) / N`` (fp32: ``(2w + o) / N``) plus
+     ``4 x largest-layer`` parameters = DeepSpeed's ``18P/N + 4L``, the largest layer taken as one
+     transformer block (``12 h^2``).
+
+   LoRA/QLoRA: ``LORA_FRACTION`` of the parameters train (fp32 adapters, 16 bytes each with AdamW);
+   the frozen rest costs ``w`` (LoRA) or NF4 with double quantisation, 4.127 bits = 0.516 bytes
+   (QLoRA, Dettmers et al., 2023), and is sharded only by ZeRO-3; int8/int4 precision stores frozen
+   weights at 1 / 0.5 bytes. Single-GPU jobs use DDP; a multi-GPU job is assumed to use the
+   *lowest* stage whose estimate fits its GPU type's memory (what an engineer configures), ZeRO-3
+   when the GPU type is unknown or nothing fits.
 2. **Activations** of one micro-batch (Korthikanti et al., "Reducing Activation Recomputation in
    Large Transformer Models", MLSys'23, Eq. 1): ``s b h (34 + 5 a s / h)`` bytes per layer with
    16-bit activations; FlashAttention (assumed: the default of current PyTorch/HF stacks) drops the
@@ -135,11 +139,13 @@ def analytic_memory(jobs: pd.DataFrame, gpu_memory_mib: Mapping[str, float] | No
     frozen_w = np.where(np.isnan(frozen_w), w, frozen_w)
     frozen = np.where(full, 0.0, (p - trainable) * frozen_w)
     t_w = np.where(full, w, 4.0)  # LoRA adapters train in fp32
-    master = np.where(full & (w == 2.0), 4.0, 0.0)
+    # mixed precision keeps an fp32 master copy and fp32 gradients for the optimizer step
+    mixed_extra = np.where(full & (w == 2.0), 8.0, 0.0)
     hidden, layers = transformer_shape(np.where(p > 0, p, 1.0))
-    ddp = frozen + trainable * (2.0 * t_w + master + opt)
-    zero2 = frozen + trainable * t_w + trainable * (t_w + master + opt) / gpus
-    zero3 = (frozen + trainable * (2.0 * t_w + master + opt)) / gpus + 2.0 * 12.0 * hidden**2 * w
+    ddp = frozen + trainable * (2.0 * t_w + opt + mixed_extra / 2.0)
+    zero2 = frozen + trainable * 2.0 * t_w + trainable * (opt + mixed_extra) / gpus
+    zero3 = (frozen + trainable * (t_w + opt + np.where(mixed_extra > 0, mixed_extra, t_w))) / gpus \
+        + 4.0 * 12.0 * hidden**2  # DeepSpeed's 4 x largest-layer parameters (one block, 12 h^2)
 
     act_scale = np.where(np.isin(precision, ("fp32", "tf32")), 2.0, np.where(precision == "fp8", 0.75, 1.0))
     logit_bytes = np.where(np.isin(precision, ("fp32", "tf32")), 8.0, 10.0)

@@ -114,7 +114,7 @@ def test_history_statistics_by_hand() -> None:
     assert x["user_fail_rate"] == pytest.approx(0.5)
     assert x["user_mean_ratio"] == pytest.approx(math.log(0.5), rel=1e-6)
     assert x["user_limit_vs_last"] == pytest.approx(math.log(1600 / 400), rel=1e-6)
-    assert x["user_log_gpu_hours"] == pytest.approx(math.log1p(300 / 3600), rel=1e-5)
+    assert x["user_log_gpu_hours_per_job"] == pytest.approx(math.log1p(300 / 3600 / 2), rel=1e-5)
     state = history_state(jobs)
     assert state.get("user", "last2_d")[5] == pytest.approx(150.0)
     assert features(jobs).loc[0, "user_n"] == 0 and np.isnan(features(jobs).loc[0, "user_mean_logd"])
@@ -149,6 +149,8 @@ def job_tables(draw: st.DrawFn) -> pd.DataFrame:
         b = make_job(f"j{i:02d}").user(draw(st.sampled_from(["u1", "u2", "u3"])), draw(st.sampled_from(["t1", "t2"])))
         b = b.name(draw(st.sampled_from(["train-7", "train-8", "eval", "42"])))
         b.gpus(float(draw(st.sampled_from([1, 2, 8]))))
+        if draw(st.booleans()):
+            b.row["peak_vram_mib"] = float(draw(st.integers(500, 80_000)))
         if draw(st.booleans()):
             b.limit(float(draw(st.integers(60, 5000))))
         if running:
@@ -185,6 +187,7 @@ def test_no_leakage_from_jobs_ending_after_submit(jobs: pd.DataFrame, target: in
         mutated.loc[idx, "state"] = "FAILED"
         mutated.loc[idx, "num_gpus"] = 64.0
         mutated.loc[idx, "time_limit_s"] = 7.0
+        mutated.loc[idx, "peak_vram_mib"] = 1e6
         mutated.loc[idx, "censored"] = False
     after = builder.transform(mutated).loc[i]
     assert _same(before.to_numpy(), after.to_numpy())
