@@ -142,8 +142,18 @@ def fill_queue(base: str, specs: list[dict], tracked: int) -> dict:
 class Connection:
     """One keep-alive HTTP/1.1 connection."""
 
+    #: uvicorn closes keep-alive connections idle for 5 s; never reuse one idle for this long
+    MAX_IDLE_S = 4.0
+
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self.last_used = time.perf_counter()
+
+    def stale(self) -> bool:
+        return time.perf_counter() - self.last_used > self.MAX_IDLE_S
+
+    def close(self) -> None:
+        self.writer.close()
 
     @classmethod
     async def open(cls, port: int) -> Connection:
@@ -159,6 +169,7 @@ class Connection:
             if line[:15].lower() == b"content-length:":
                 length = int(line[15:])
         await self.reader.readexactly(length)
+        self.last_used = time.perf_counter()
         return status
 
 
@@ -177,6 +188,8 @@ async def open_loop(port: int, requests: list[bytes], rate: float, duration_s: f
     start = time.perf_counter() + 0.2
 
     async def one(i: int, due: float) -> None:
+        while idle and idle[-1].stale():
+            idle.pop().close()
         conn = idle.pop() if idle else await Connection.open(port)
         try:
             status = await conn.post(requests[i % len(requests)])
@@ -239,7 +252,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=("trained", "fallback"), default="trained")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--rate", type=float, default=200.0, help="offered rate of the single-job phase (the target's)")
+    ap.add_argument("--also-rates", default="50", help="comma-separated lower rates also measured (open loop), "
+                    "to show what this machine sustains; empty for none")
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--batch-size", type=int, default=100)
     ap.add_argument("--concurrency", type=int, default=4)
@@ -274,6 +289,10 @@ def main(argv: list[str] | None = None) -> dict:
                                      port) for k in range(20)]
             with console.status(f"single jobs at {args.rate:.0f} requests/s for {args.duration:.0f} s"):
                 single = asyncio.run(open_loop(port, singles, args.rate, args.duration, args.warmup))
+            lower = []
+            for rate in [float(r) for r in args.also_rates.split(",") if r.strip()]:
+                with console.status(f"single jobs at {rate:.0f} requests/s for {args.duration:.0f} s"):
+                    lower.append(asyncio.run(open_loop(port, singles, rate, args.duration, args.warmup)))
             with console.status(f"batches of {args.batch_size} for {args.batch_duration:.0f} s"):
                 batch = asyncio.run(closed_loop(port, batches, args.batch_size, args.concurrency,
                                                 args.batch_duration, args.warmup))
@@ -283,10 +302,12 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "benchmark": "api",
         "command": "benchmarks/bench_api.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": {"cpus": os.cpu_count(), "load_avg_before": [round(x, 2) for x in load_before]},
+        "machine": {"cpus": os.cpu_count(), "load_avg_before": [round(x, 2) for x in load_before],
+                    "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
         "server": {"workers": args.workers, "model": ready["model"]["version"], "fallback": ready["model"]["fallback"],
                    "tracked_queue": tracked, "trained_on": f"{len(jobs)} synthetic jobs" if model else None},
         "single": single,
+        "single_at_lower_rates": lower,
         "batch": batch,
         "targets": {"single_p99_ms": 20.0, "batch_jobs_per_s": 20000.0},
         "met": {"single_p99": single["p99_ms"] < 20.0 and single["errors"] == 0,
