@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 import lightgbm as lgb
 import numpy as np
 
-__all__ = ["BoosterParams", "train_booster", "predict_booster"]
+__all__ = ["BoosterParams", "train_booster", "predict_booster", "SMALL_FIT_ROWS"]
+
+#: Below this many rows a booster trains on one thread: thread start-up and OpenMP spinning cost
+#: more than they save, badly so on a shared machine.
+SMALL_FIT_ROWS = 50_000
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,7 @@ class BoosterParams:
     bagging_fraction: float = 0.8
     lambda_l2: float = 1.0
     max_bin: int = 127
-    num_threads: int = 0  # 0: LightGBM's default (all cores)
+    num_threads: int = 0  # 0: one thread below SMALL_FIT_ROWS rows, all cores above
     seed: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -71,7 +75,10 @@ def train_booster(
         free_raw_data=True,
         params={"max_bin": params.max_bin, "verbosity": -1},
     )
-    return lgb.train(params.lgb_params(objective, **overrides), data, num_boost_round=params.n_estimators)
+    settings = params.lgb_params(objective, **overrides)
+    if not params.num_threads and len(X) < SMALL_FIT_ROWS:
+        settings["num_threads"] = 1
+    return lgb.train(settings, data, num_boost_round=params.n_estimators)
 
 
 def predict_booster(booster: lgb.Booster, X: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ import hashlib
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -41,7 +41,7 @@ from models.baselines import BASELINES, baseline_predictions
 from models.bundle import JobPredictorBundle, placement_slowdown
 from models.evaluate import duration_rows, evaluate_bundle, predictions_for
 from models.fit import DEFAULT_DURATION_PARAMS, fit_bundle
-from models.memory import MEMORY_EXTRA_FEATURES
+from models.memory import MEMORY_EXTRA_FEATURES, MemoryEstimator
 from models.memory_analytic import analytic_memory
 from models.prediction import SLOWDOWN_COLUMNS
 from models.registry import ensure_experiment, headline_metrics, log_bundle, plain_frame, register_version
@@ -147,14 +147,25 @@ def train_pipeline(
     test_fraction: float = 0.15,
     calibration_fraction: float = 0.15,
     source: str | None = None,
+    n_estimators: int | None = None,
     on_phase: Callable[[str], None] | None = None,
 ) -> TrainResult:
-    """Split, fit, evaluate and log one run (see the module docstring); MLflow must be configured."""
+    """Split, fit, evaluate and log one run (see the module docstring); MLflow must be configured.
+
+    ``n_estimators`` overrides the boosting rounds of the duration and memory models (faster,
+    coarser models; default: the estimators' own settings).
+    """
     phase = on_phase or (lambda _name: None)
     earlier, test = time_split(jobs, test_fraction)
     if len(test) == 0 or len(earlier) < 50:
         raise InputError(f"need at least 50 training jobs and one test job, got {len(earlier)} and {len(test)}")
     cal_share = calibration_fraction / (1.0 - test_fraction)
+    duration_params, memory = DEFAULT_DURATION_PARAMS, MemoryEstimator()
+    if n_estimators is not None:
+        if n_estimators < 1:
+            raise InputError(f"--trees must be at least 1, got {n_estimators}")
+        duration_params = replace(duration_params, n_estimators=n_estimators)
+        memory = MemoryEstimator(params=replace(memory.params, n_estimators=n_estimators))
     mlflow.set_experiment(experiment_id=ensure_experiment(experiment))
     with mlflow.start_run() as run:
         prints = fingerprint(jobs)
@@ -163,10 +174,12 @@ def train_pipeline(
             **prints, "n_train": int(round(len(earlier) * (1 - cal_share))),
             "n_calibration": int(round(len(earlier) * cal_share)), "n_test": len(test),
             "test_fraction": test_fraction, "calibration_fraction": calibration_fraction,
-            **{f"duration_{k}": v for k, v in asdict(DEFAULT_DURATION_PARAMS).items() if k != "extra"},
+            **{f"duration_{k}": v for k, v in asdict(duration_params).items() if k != "extra"},
+            **{f"memory_{k}": v for k, v in asdict(memory.params).items() if k != "extra"},
         })
         started = time.perf_counter()
-        bundle = fit_bundle(earlier, calibration_fraction=cal_share, on_phase=phase)
+        bundle = fit_bundle(earlier, calibration_fraction=cal_share, duration_params=duration_params,
+                            memory_estimator=memory, on_phase=phase)
         train_seconds = time.perf_counter() - started
         bundle.history = HistoryStore(pd.concat([earlier, test], ignore_index=True))
         mlflow.log_params({"feature_pipeline_version": bundle.feature_pipeline_version,

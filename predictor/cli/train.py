@@ -74,6 +74,8 @@ def register(app: typer.Typer) -> None:
         test_fraction: Annotated[float, typer.Option("--test-fraction", help="Latest share held out for testing.")] = 0.15,
         calibration_fraction: Annotated[float, typer.Option("--calibration-fraction",
                                                             help="Share before it used for calibration.")] = 0.15,
+        trees: Annotated[int | None, typer.Option("--trees", min=1, show_default=False, help="Boosting rounds of "
+                                                  "the duration and memory models (default: 300 and 400).")] = None,
         progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
     ) -> None:
         """Split by submit time, train, evaluate against baselines and log the run to MLflow.
@@ -88,7 +90,7 @@ def register(app: typer.Typer) -> None:
         with _Phases(progress) as phases:
             result = train_pipeline(table, experiment=experiment, register=register_model,
                                     test_fraction=test_fraction, calibration_fraction=calibration_fraction,
-                                    source=str(jobs), on_phase=phases)
+                                    source=str(jobs), n_estimators=trees, on_phase=phases)
         out = {"run_id": result.run_id, "model_uri": result.model_uri, "version": result.version,
                "tracking_uri": uri, "train_seconds": round(result.train_seconds, 2), "headline": result.headline}
         typer.echo(json.dumps(out, indent=2))

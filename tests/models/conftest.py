@@ -9,6 +9,7 @@ from features.synth import generate
 from models.bundle import JobPredictorBundle
 from models.fit import fit_bundle
 from models.lgbm import BoosterParams
+from models.memory import MemoryEstimator
 
 #: Small boosters: the tests check behaviour, not accuracy at scale.
 FAST = BoosterParams(n_estimators=40, num_leaves=15, min_child_samples=20)
@@ -28,4 +29,4 @@ def later_jobs(synth_jobs: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.fixture(scope="session")
 def bundle(synth_jobs: pd.DataFrame) -> JobPredictorBundle:
-    return fit_bundle(synth_jobs, duration_params=FAST)
+    return fit_bundle(synth_jobs, duration_params=FAST, memory_estimator=MemoryEstimator(params=FAST))
