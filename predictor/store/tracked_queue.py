@@ -5,7 +5,7 @@ Every operation is one write turn (``Database.writing``), in this order:
 1. catch up  apply the changes other workers committed (history, fair-share usage, policy);
 2. change    the job row (and the usage charge of a run that ended);
 3. re-plan   ``Engine.plan`` on the picture of the queue as it now is; decisions that changed
-             materially (see :func:`material`) are stored in ``jobs.decision`` and appended to the
+             materially (see ``predictor.store.replan.material``) are stored in ``jobs.decision`` and appended to the
              decision log; reservations are created, moved or released;
 4. record    stream events (numbered in commit order), the audit entry, outbox items;
 5. commit,   then hand the new picture to the engine and wake the stream.
@@ -39,46 +39,19 @@ from predictor.store.jobs import (
     job_doc,
     live_jobs,
     request_digest,
-    reservation_row_doc,
     usage_charges,
 )
 from predictor.store.lifecycle import apply_event, charge_of
 from predictor.store.outbox import enqueue_decision
 from predictor.store.picture import picture_from_rows
-from predictor.store.tables import DecisionRow, JobRow, PolicyRow, ReservationRow, UsageChargeRow
+from predictor.store.replan import material, sync_reservations
+from predictor.store.tables import DecisionRow, JobRow, PolicyRow, UsageChargeRow
 
-__all__ = ["TrackedQueue", "NotFoundError", "ConflictError", "PermissionDeniedError", "material"]
+__all__ = ["TrackedQueue", "NotFoundError", "ConflictError", "PermissionDeniedError"]
 
 log = logging.getLogger(__name__)
 
-#: Relative priority change that counts as a new decision (aging moves priorities a little all the time).
-PRIORITY_CHANGE = 0.01
-#: Reservation start shift (seconds) that counts as moving it.
-RESERVATION_SHIFT_S = 60.0
 _QUEUE_KINDS = ("job.", "decision", "reservation.")
-
-
-def material(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
-    """Whether decision ``new`` differs from ``old`` in a way a scheduler must hear about.
-
-    Action, tier, queue, flavor, placement, victims or SLA flag changed; the reservation appeared,
-    vanished or moved by at least ``RESERVATION_SHIFT_S``; or the priority moved by at least
-    ``PRIORITY_CHANGE`` of its value.
-    """
-    if old is None:
-        return True
-    for key in ("action", "tier", "queue", "flavor", "placement", "sla_at_risk", "num_gpus"):
-        if old.get(key) != new.get(key):
-            return True
-    victims = [v["job_id"] for v in (old.get("eviction") or {}).get("victims", [])]
-    if victims != [v["job_id"] for v in (new.get("eviction") or {}).get("victims", [])]:
-        return True
-    a, b = old.get("reservation"), new.get("reservation")
-    if (a is None) != (b is None):
-        return True
-    if a and b and (abs(a["start_ts"] - b["start_ts"]) >= RESERVATION_SHIFT_S or a["placement"] != b["placement"]):
-        return True
-    return abs(new["priority"] - old["priority"]) >= PRIORITY_CHANGE * max(abs(old["priority"]), 1)
 
 
 class TrackedQueue:
@@ -224,34 +197,7 @@ class TrackedQueue:
             for target in self.outbox_targets:
                 enqueue_decision(s, target, row.job_id, {"decision": doc, "job": dict(row.record)},
                                  f"{row.job_id}:{entry.id}", now=now)
-        events += self._sync_reservations(s, rows, wanted, now)
-        return events
-
-    def _sync_reservations(self, s: Session, rows: dict[str, JobRow], wanted: dict[str, dict],
-                           now: float) -> list[NewEvent]:
-        events: list[NewEvent] = []
-        existing = {r.job_id: r for r in s.scalars(select(ReservationRow))}
-        for job_id, res in existing.items():
-            if job_id not in wanted:
-                reason = "job is no longer pending" if job_id not in rows else "re-planned without a reservation"
-                events.append(NewEvent("reservation.released", {"reservation": _res_doc(res), "reason": reason},
-                                       job_id, res.team))
-                s.delete(res)
-        for job_id, doc in wanted.items():
-            placement = doc["placement"] or {}
-            values = dict(start_ts=doc["start_ts"], expires_ts=doc["expires_ts"],
-                          predicted_end_ts=doc["predicted_end_ts"], gpu_type=placement.get("gpu_type", "?"),
-                          num_gpus=int(placement.get("num_gpus", 0)), placement=placement)
-            old = existing.get(job_id)
-            if old is None:
-                res = ReservationRow(job_id=job_id, team=rows[job_id].team, updated_at=now, **values)
-                s.add(res)
-                events.append(NewEvent("reservation.created", {"reservation": _res_doc(res)}, job_id, res.team))
-            elif abs(old.start_ts - values["start_ts"]) >= RESERVATION_SHIFT_S or old.placement != placement:
-                for k, v in values.items():
-                    setattr(old, k, v)
-                old.updated_at = now
-                events.append(NewEvent("reservation.updated", {"reservation": _res_doc(old)}, job_id, old.team))
+        events += sync_reservations(s, rows, wanted, now)
         return events
 
     # ------------------------------------------------------------------ operations
@@ -390,10 +336,6 @@ class _JobEvent:
 
 def _visible(row: JobRow, actor: Actor) -> bool:
     return actor.role != "member" or row.team == actor.team
-
-
-def _res_doc(row: ReservationRow) -> dict[str, Any]:
-    return reservation_row_doc(row)
 
 
 def _charge_doc(c: UsageCharge) -> dict[str, Any]:

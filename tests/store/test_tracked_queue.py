@@ -10,7 +10,7 @@ from predictor.policy.presets import load_policy
 from predictor.store import Actor, Database, audit_entries, events_since, outbox_counts
 from predictor.store.errors import ConflictError, NotFoundError, PermissionDeniedError
 from predictor.store.tables import DecisionRow, JobRow, ReservationRow, UsageChargeRow
-from predictor.store.tracked_queue import TrackedQueue, material
+from predictor.store.tracked_queue import TrackedQueue
 from tests.serving.doubles import no_model_slot
 
 T0 = 1_800_000_000.0
@@ -194,30 +194,3 @@ def test_material_decisions_go_to_the_outbox_once(db: Database) -> None:
     with db.session() as s:
         assert outbox_counts(s, "slurm") == {"pending": 1}
         assert s.scalar(select(func.count()).select_from(DecisionRow)) == 1
-
-
-def _decision(**kw) -> dict:
-    base = {"action": "wait", "tier": "research", "queue": "nlp", "flavor": "A100-80GB", "placement": None,
-            "sla_at_risk": False, "num_gpus": 8, "eviction": None, "reservation": None, "priority": 1_000_000}
-    return {**base, **kw}
-
-
-_RES = {"start_ts": T0, "placement": {"gpu_type": "A100-80GB"}}
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "expected"),
-    [
-        (None, _decision(), True),
-        (_decision(), _decision(priority=1_005_000), False),
-        (_decision(), _decision(priority=1_020_000), True),
-        (_decision(), _decision(action="start"), True),
-        (_decision(), _decision(reservation=_RES), True),
-        (_decision(reservation=_RES), _decision(reservation={**_RES, "start_ts": T0 + 30}), False),
-        (_decision(reservation=_RES), _decision(reservation={**_RES, "start_ts": T0 + 600}), True),
-        (_decision(), _decision(sla_at_risk=True), True),
-    ],
-    ids=["first", "aging", "priority-jump", "action", "reserved", "res-jitter", "res-moved", "sla"],
-)
-def test_material_changes(old, new, expected) -> None:
-    assert material(old, new) is expected
