@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, RedirectResponse
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
@@ -26,7 +26,5 @@ def dashboard() -> FileResponse:
 @router.get("/dashboard/{name}")
 def asset(name: str) -> FileResponse:
     if name not in _FILES:
-        from fastapi import HTTPException
-
         raise HTTPException(404, f"no dashboard file {name!r}")
     return FileResponse(STATIC_DIR / name, media_type=_FILES[name])
