@@ -63,13 +63,16 @@ def memory_design(X: np.ndarray, parts: MemoryParts, gpu_memory: np.ndarray) -> 
 
 
 def fitting_types(upper_mib: np.ndarray, gpu_memory_mib: Mapping[str, float]) -> list[str]:
-    """Comma-separated GPU types whose memory per device holds each job's upper bound ("" if none)."""
+    """Comma-separated GPU types whose memory per device holds each job's upper bound ("" if none).
+
+    Types are listed from the smallest memory to the largest (ties by name).
+    """
     names = sorted(gpu_memory_mib, key=lambda k: (gpu_memory_mib[k], k))
     caps = np.array([gpu_memory_mib[k] for k in names], dtype=float)
-    out = []
-    for u in np.asarray(upper_mib, dtype=float):
-        out.append(",".join(n for n, c in zip(names, caps, strict=True) if u <= c) if np.isfinite(u) else "")
-    return out
+    suffixes = np.array([",".join(names[i:]) for i in range(len(names) + 1)], dtype=object)
+    upper = np.asarray(upper_mib, dtype=float)
+    first = np.searchsorted(caps, np.where(np.isfinite(upper), upper, np.inf), side="left")
+    return list(suffixes[first])
 
 
 @dataclass
@@ -84,15 +87,15 @@ class MemoryEstimator:
         Target share of jobs peaking above the upper bound.
     min_labelled : int, default 50
         Fewer measured jobs than this give a constant correction instead of boosters.
-    max_rows : int, default 300_000
+    max_rows : int, default 200_000
         Fit the boosters on at most this many of the most recent measured jobs.
     """
 
-    params: BoosterParams = field(default_factory=lambda: BoosterParams(n_estimators=400, num_leaves=31,
-                                                                        min_child_samples=20))
+    params: BoosterParams = field(default_factory=lambda: BoosterParams(
+        n_estimators=200, learning_rate=0.12, num_leaves=31, min_child_samples=20, bagging_fraction=0.6, max_bin=63))
     alpha: float = 0.05
     min_labelled: int = 50
-    max_rows: int = 300_000
+    max_rows: int = 200_000
 
     def fit(self, Z: np.ndarray, analytic: np.ndarray, actual: np.ndarray, *, Z_cal: np.ndarray | None = None,
             analytic_cal: np.ndarray | None = None, actual_cal: np.ndarray | None = None,

@@ -157,8 +157,8 @@ def _fit_w(m: np.ndarray, cnt: np.ndarray, kappa: np.ndarray, w: np.ndarray) -> 
 class TopologyEstimator:
     """Learns ``w`` (per class) and ``kappa`` (per job) from placement-labelled history."""
 
-    params: BoosterParams = field(default_factory=lambda: BoosterParams(n_estimators=150, num_leaves=15,
-                                                                        min_child_samples=10))
+    params: BoosterParams = field(default_factory=lambda: BoosterParams(n_estimators=80, learning_rate=0.1,
+                                                                        num_leaves=15, min_child_samples=10))
     min_families: int = 20
 
     def fit(self, jobs: pd.DataFrame) -> TopologyEstimator:

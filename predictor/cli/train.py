@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
         calibration_fraction: Annotated[float, typer.Option("--calibration-fraction",
                                                             help="Share before it used for calibration.")] = 0.15,
         trees: Annotated[int | None, typer.Option("--trees", min=1, show_default=False, help="Boosting rounds of "
-                                                  "the duration and memory models (default: 300 and 400).")] = None,
+                                                  "the duration and memory models (default: 200 each).")] = None,
         progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
     ) -> None:
         """Split by submit time, train, evaluate against baselines and log the run to MLflow.
