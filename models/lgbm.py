@@ -1,4 +1,11 @@
-"""Thin helpers around LightGBM boosters: one place for defaults, fitting and fast prediction."""
+"""Thin helpers around LightGBM boosters: one place for defaults, fitting and fast prediction.
+
+Threads: boosters train on one thread unless ``BoosterParams.num_threads`` says otherwise. On a
+host where another process holds a core (a scheduler node, CI, the machine these figures were
+measured on), LightGBM's OpenMP barriers wait for a descheduled thread at every split: two threads
+ran 10-20x *slower* than one there (HPC2N duration model: 10 s on one thread, 105-200 s on two).
+Where cores are dedicated, ``num_threads=0`` (all cores) is faster.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +21,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import lightgbm as lgb  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["BoosterParams", "train_booster", "predict_booster", "SMALL_FIT_ROWS"]
-
-#: Below this many rows a booster trains on one thread: thread start-up and OpenMP spinning cost
-#: more than they save, badly so on a shared machine.
-SMALL_FIT_ROWS = 50_000
+__all__ = ["BoosterParams", "train_booster", "predict_booster"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,7 @@ class BoosterParams:
     bagging_fraction: float = 0.8
     lambda_l2: float = 1.0
     max_bin: int = 127
-    num_threads: int = 0  # 0: one thread below SMALL_FIT_ROWS rows, all cores above
+    num_threads: int = 1  # 1 by default (see the module docstring); 0 = all cores
     seed: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -81,13 +84,9 @@ def train_booster(
         free_raw_data=True,
         params={"max_bin": params.max_bin, "verbosity": -1},
     )
-    settings = params.lgb_params(objective, **overrides)
-    if not params.num_threads and len(X) < SMALL_FIT_ROWS:
-        settings["num_threads"] = 1
-    return lgb.train(settings, data, num_boost_round=params.n_estimators)
+    return lgb.train(params.lgb_params(objective, **overrides), data, num_boost_round=params.n_estimators)
 
 
 def predict_booster(booster: lgb.Booster, X: np.ndarray) -> np.ndarray:
-    """Predict with one thread for small batches (no thread start-up cost), all cores for large."""
-    threads = 1 if len(X) <= 2000 else 0
-    return booster.predict(X, num_threads=threads)
+    """Predict on one thread: no thread start-up per small serving batch, no barrier stalls (above)."""
+    return booster.predict(X, num_threads=1)
