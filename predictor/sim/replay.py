@@ -221,13 +221,13 @@ class Replay:
         if not (self._dirty and self.pending):
             return None
         self._dirty = False
+        pending = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
         if not self.rules.may_preempt:
             free = self.cluster.capacity_milli - self.cluster.allocated_milli
-            if free < self._smallest_pending_demand():
+            if free < int(self.jobs.milli_demand[pending].min()):
                 return None  # no queued job fits in what is free, and nothing may be evicted
         view = SimView(now=now, jobs=self.jobs, predictions=self.predictions, progress=self.progress,
-                       cluster=self.cluster, pending=np.fromiter(self.pending, dtype=np.int64, count=len(self.pending)),
-                       running=self.running, reservations=self.reservations)
+                       cluster=self.cluster, pending=pending, running=self.running, reservations=self.reservations)
         t0 = time.perf_counter()
         plan = self.rules.plan(view)
         self.recorder.decide_s += time.perf_counter() - t0
@@ -272,10 +272,6 @@ class Replay:
         revisit = getattr(plan, "revisit_at_ts", None)
         if revisit is not None:
             self._wake(revisit - origin, now)
-
-    def _smallest_pending_demand(self) -> int:
-        rows = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
-        return int(self.jobs.milli_demand[rows].min())
 
     # -- acting ----------------------------------------------------------------------------------
     def _start(self, j: int, d: Decision, now: float, begin: float) -> None:
