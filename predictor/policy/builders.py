@@ -152,6 +152,10 @@ class RunningSpec:
         self.tier_name = name
         return self
 
+    def queue(self, name: str) -> RunningSpec:
+        self.queue_name = name
+        return self
+
     def started(self, ts: float) -> RunningSpec:
         self.start = float(ts)
         return self
@@ -339,6 +343,7 @@ def snapshot_from_jobs(jobs: pd.DataFrame, cluster: Inventory | ClusterLayout, n
         milli = int(milli) if np.isfinite(milli) else MILLI
         team = row.get("team") if isinstance(row.get("team"), str) else None
         tier = row.get("tier") if isinstance(row.get("tier"), str) else None
+        queue = row.get("queue") if isinstance(row.get("queue"), str) and row.get("queue") else None
         p50, p90 = _num(pr.get("duration_p50_s")), _num(pr.get("duration_p90_s"))
         if row["state"] == "RUNNING":
             start = _num(row.get("start_ts"))
@@ -347,6 +352,8 @@ def snapshot_from_jobs(jobs: pd.DataFrame, cluster: Inventory | ClusterLayout, n
                 spec.team(team)
             if tier:
                 spec.tier(tier)
+            if queue:
+                spec.queue(queue)
             if np.isfinite(p90):
                 spec.ends(spec.start + p90)
             gpu_type = row.get("gpu_type")
@@ -362,6 +369,8 @@ def snapshot_from_jobs(jobs: pd.DataFrame, cluster: Inventory | ClusterLayout, n
             spec.team(team)
         if tier:
             spec.tier(tier)
+        if queue:
+            spec.queue(queue)
         if np.isfinite(p50):
             spec.predict(p50, p90 if np.isfinite(p90) else p50, _num(pr.get("duration_p10_s")))
         spec.memory(_num(pr.get("peak_vram_upper_mib")))
