@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench lint clean
+.PHONY: setup demo serve test test-fast bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ setup: $(STAMP)
 ## The main job, end to end on bundled data (embedded SQLite + local MLflow store under ./work).
 demo: $(STAMP)
 	$(BIN)/predictor demo --workdir work
+
+## The API and dashboard over what `make demo` trained (its state store and MLflow store in ./work).
+serve: $(STAMP)
+	cd work && PREDICTOR_INVENTORY_FILE=$(CURDIR)/data/inventory/example-cluster.yaml ../$(BIN)/predictor serve
 
 ## The whole test suite (slow and integration tests included).
 test: $(STAMP)

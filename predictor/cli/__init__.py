@@ -8,13 +8,18 @@ adding a command never edits this file.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
 
-import typer
-from rich.console import Console
+# Tables written to a file or a CI log (no terminal) get room for their columns instead of rich's 80.
+if "COLUMNS" not in os.environ and not sys.stderr.isatty():
+    os.environ["COLUMNS"] = "150"
 
-from features.errors import InputError
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from features.errors import InputError  # noqa: E402
 
 app = typer.Typer(
     name="predictor",
