@@ -51,8 +51,9 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
         progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar.")] = True,
     ) -> None:
-        """Generate a synthetic GPU job history with known ground truth, write it as Parquet, and
-        compare its summary statistics with the published cluster the profile is calibrated to.
+        """Generate a synthetic GPU job history with known ground truth (Parquet); compare it with the real cluster.
+
+        The summary statistics are compared with the published cluster the profile is calibrated to.
 
         Example: predictor synth --jobs 100000 --seed 1 --out jobs.parquet --cluster-gpus 512 --load 0.85
         """
