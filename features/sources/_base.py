@@ -249,3 +249,18 @@ def batched(items: Iterator[dict], size: int) -> Iterator[list[dict]]:
             batch = []
     if batch:
         yield batch
+
+
+def rechunk(batches: Iterator[pa.RecordBatch], chunk_rows: int) -> Iterator[pa.Table]:
+    """Group Arrow record batches into tables of at least ``chunk_rows`` rows (the last one smaller)."""
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= chunk_rows:
+            yield pa.Table.from_batches(pending)
+            pending, rows = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)
+

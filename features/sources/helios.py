@@ -27,6 +27,7 @@ from features.sources._base import (
     malformed_reason,
     null_tokens,
     parse_timestamps,
+    rechunk,
     reject_rows,
     require_columns,
     to_float,
@@ -66,15 +67,8 @@ class HeliosReader(Reader):
                         column_types={c: pa.string() for c in REQUIRED + OPTIONAL}, strings_can_be_null=False,
                         include_columns=[c for c in REQUIRED + OPTIONAL], include_missing_columns=True))
                 require_columns(path, self.name, _header(path), REQUIRED)
-                pending, rows = [], 0
-                for batch in csv:
-                    pending.append(batch)
-                    rows += batch.num_rows
-                    if rows >= chunk_rows:
-                        yield self._convert(pa.Table.from_batches(pending))
-                        pending, rows = [], 0
-                if pending:
-                    yield self._convert(pa.Table.from_batches(pending))
+                for table in rechunk(csv, chunk_rows):
+                    yield self._convert(table)
             if bad:
                 yield pd.concat(bad, ignore_index=True)
 

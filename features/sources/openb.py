@@ -38,6 +38,7 @@ from features.sources._base import (
     Reader,
     first_reason,
     malformed_reason,
+    rechunk,
     reject_rows,
     require_columns,
     to_float,
@@ -73,17 +74,9 @@ class OpenbReader(Reader):
 
     def read(self, paths: Sequence[Path], chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pd.DataFrame]:
         for path in paths:
-            pending: list[pa.RecordBatch] = []
-            rows = 0
             bad: list[pd.DataFrame] = []
-            for batch in self._batches(path, bad=bad):
-                pending.append(batch)
-                rows += batch.num_rows
-                if rows >= chunk_rows:
-                    yield self._convert(pa.Table.from_batches(pending))
-                    pending, rows = [], 0
-            if pending:
-                yield self._convert(pa.Table.from_batches(pending))
+            for table in rechunk(self._batches(path, bad=bad), chunk_rows):
+                yield self._convert(table)
             if bad:
                 yield pd.concat(bad, ignore_index=True)
 

@@ -45,6 +45,7 @@ from features.sources._base import (
     Reader,
     malformed_reason,
     read_head,
+    rechunk,
     reject_rows,
     to_float,
 )
@@ -244,15 +245,8 @@ class PaiReader(Reader):
                 read_options=pacsv.ReadOptions(block_size=8 << 20, column_names=list(names), skip_rows=int(has_header)),
                 parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
                 convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string())))
-            pending, rows = [], 0
-            for batch in csv:
-                pending.append(batch)
-                rows += batch.num_rows
-                if rows >= chunk_rows:
-                    yield self._typed(pa.Table.from_batches(pending), table, path)
-                    pending, rows = [], 0
-            if pending:
-                yield self._typed(pa.Table.from_batches(pending), table, path)
+            for chunk in rechunk(csv, chunk_rows):
+                yield self._typed(chunk, table, path)
 
     def _typed(self, t: pa.Table, table: str, path: Path) -> pd.DataFrame:
         frame = pd.DataFrame({c: t[c].to_pandas() for c in t.column_names})
