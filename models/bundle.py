@@ -1,7 +1,8 @@
 """The model bundle: every estimator, the feature pipeline and the history snapshot, behind one call.
 
 ``JobPredictorBundle.predict_frame(jobs, history, now)`` returns one row per job with exactly
-``models.prediction.PREDICTION_COLUMNS``, in input order. Serving, batch scoring, evaluation and the
+``models.prediction.PREDICTION_COLUMNS``, in input order; ``predict_columns`` returns the same as one
+numpy array per column (the serving path: no DataFrame built or read back per request). Serving, batch scoring, evaluation and the
 replay simulator all call it (or ``predict_with_state`` with a point-in-time history state), so
 there is one prediction path. ``fit_bundle`` (``models.fit``) builds one without MLflow.
 
@@ -30,7 +31,8 @@ from models.memory_analytic import GPU_MEMORY_MIB, MemoryParts, analytic_memory
 from models.prediction import PREDICTION_COLUMNS, SLOWDOWN_COLUMNS
 from models.topology import TopologyEstimator
 
-__all__ = ["JobPredictorBundle", "prepare_jobs", "placement_slowdown", "assemble_frame", "duration_offset"]
+__all__ = ["JobPredictorBundle", "prepare_jobs", "job_view", "placement_slowdown", "assemble_columns", "assemble_frame",
+           "duration_offset"]
 
 _CLASS_INDEX = {c: i for i, c in enumerate(PLACEMENT_CLASSES)}
 
@@ -46,6 +48,39 @@ def prepare_jobs(jobs: pd.DataFrame, now: float | None) -> pd.DataFrame:
         jobs = jobs.copy()
         jobs["submit_ts"] = np.where(np.isnan(submit), time.time() if now is None else float(now), submit)
     return jobs
+
+
+class _ArrayJobColumns(JobColumns):
+    """A ``JobColumns`` whose columns are already typed arrays (``numeric_column`` / ``object_column``
+    values); the frame is read only for a column the arrays lack or hold with another type."""
+
+    __slots__ = ()
+
+    def __init__(self, frame: pd.DataFrame, arrays: Mapping[str, np.ndarray]) -> None:
+        super().__init__(frame)
+        n = len(frame)
+        for col, values in arrays.items():
+            if not isinstance(values, np.ndarray) or values.ndim != 1 or len(values) != n:
+                continue
+            if values.dtype == np.float64:
+                self._num[col] = values
+            elif values.dtype == object:
+                self._obj[col] = values
+
+
+def job_view(jobs: pd.DataFrame, now: float | None, columns: Mapping[str, np.ndarray] | None = None) -> JobColumns:
+    """``JobColumns`` of ``prepare_jobs(jobs, now)``; ``columns``, when given, are the same jobs as arrays
+    (float64 numbers with NaN for null, object strings with None: ``features.schema.conform``'s values)
+    and are read instead of the frame (no pandas column access per request)."""
+    if columns is None:
+        return JobColumns(prepare_jobs(jobs, now))
+    submit = columns.get("submit_ts")
+    if isinstance(submit, np.ndarray) and submit.dtype == np.float64 and not np.isnan(submit).any():
+        return _ArrayJobColumns(jobs, columns)
+    prepared = prepare_jobs(jobs, now)
+    if prepared is not jobs:  # submit_ts was filled in: the frame's is the one to read
+        columns = {k: v for k, v in columns.items() if k != "submit_ts"}
+    return _ArrayJobColumns(prepared, columns)
 
 
 def duration_offset(jobs: pd.DataFrame | JobColumns, global_median_s: float) -> np.ndarray:
@@ -66,8 +101,8 @@ def placement_slowdown(jobs: pd.DataFrame, slowdown: np.ndarray) -> np.ndarray:
     return np.where(cls >= 0, picked, 1.0)
 
 
-def assemble_frame(
-    jobs: pd.DataFrame,
+def assemble_columns(
+    jobs: pd.DataFrame | JobColumns,
     quantiles_s: np.ndarray,
     memory_point: np.ndarray,
     memory_upper: np.ndarray,
@@ -77,8 +112,9 @@ def assemble_frame(
     model_version: str,
     fallback: bool,
     fallback_reason: str | None,
-) -> pd.DataFrame:
-    """The ``PREDICTION_COLUMNS`` frame from the parts (shared by the bundle and the fallback)."""
+) -> dict[str, np.ndarray]:
+    """The ``PREDICTION_COLUMNS`` as one array per column, in that order (shared by the bundle and the
+    fallback; ``assemble_frame`` is the same as a table)."""
     limit = numeric_column(jobs, "time_limit_s")
     q = np.where(np.isfinite(limit[:, None]) & (limit[:, None] > 0), np.minimum(quantiles_s, limit[:, None]), quantiles_s)
     gpus = numeric_column(jobs, "num_gpus")
@@ -86,8 +122,8 @@ def assemble_frame(
     point = np.where(no_gpu, np.nan, memory_point)
     upper = np.where(no_gpu, np.nan, memory_upper)
     n = len(jobs)
-    data: dict[str, object] = {
-        "job_id": object_column(jobs, "job_id").astype(str) if n else np.array([], dtype=object),
+    data: dict[str, np.ndarray] = {
+        "job_id": object_column(jobs, "job_id").astype(str).astype(object) if n else np.array([], dtype=object),
         "duration_p10_s": q[:, 0],
         "duration_p50_s": q[:, 1],
         "duration_p90_s": q[:, 2],
@@ -100,7 +136,30 @@ def assemble_frame(
     data["model_version"] = np.full(n, model_version, dtype=object)
     data["fallback"] = np.full(n, fallback, dtype=bool)
     data["fallback_reason"] = np.full(n, fallback_reason, dtype=object)
-    return pd.DataFrame(data, columns=list(PREDICTION_COLUMNS))
+    return data
+
+
+def assemble_frame(
+    jobs: pd.DataFrame | JobColumns,
+    quantiles_s: np.ndarray,
+    memory_point: np.ndarray,
+    memory_upper: np.ndarray,
+    slowdown: np.ndarray,
+    gpu_memory_mib: Mapping[str, float],
+    *,
+    model_version: str,
+    fallback: bool,
+    fallback_reason: str | None,
+) -> pd.DataFrame:
+    """The ``PREDICTION_COLUMNS`` frame from the parts (see ``assemble_columns``)."""
+    return columns_frame(assemble_columns(jobs, quantiles_s, memory_point, memory_upper, slowdown, gpu_memory_mib,
+                                          model_version=model_version, fallback=fallback,
+                                          fallback_reason=fallback_reason))
+
+
+def columns_frame(columns: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """A ``PREDICTION_COLUMNS`` table from ``assemble_columns``' arrays."""
+    return pd.DataFrame(dict(columns), columns=list(PREDICTION_COLUMNS))
 
 
 @dataclass
@@ -163,6 +222,21 @@ class JobPredictorBundle:
         -------
         DataFrame with columns ``PREDICTION_COLUMNS``, one row per job in input order.
         """
+        return columns_frame(self.predict_columns(jobs, history, now, gpu_memory_mib=gpu_memory_mib))
+
+    def predict_columns(
+        self,
+        jobs: pd.DataFrame,
+        history: HistoryStore | None = None,
+        now: float | None = None,
+        *,
+        columns: Mapping[str, np.ndarray] | None = None,
+        gpu_memory_mib: Mapping[str, float] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """``predict_frame`` as one array per ``PREDICTION_COLUMNS`` column (the serving path).
+
+        ``columns``: the same jobs as typed arrays (see ``job_view``), read instead of the frame.
+        """
         if self.builder.version_ != FEATURE_PIPELINE_VERSION:
             from features.errors import InputError
 
@@ -170,24 +244,28 @@ class JobPredictorBundle:
                 f"model {self.version} was built with feature pipeline {self.builder.version_}; this code runs "
                 f"{FEATURE_PIPELINE_VERSION}: retrain it"
             )
-        cols = JobColumns(prepare_jobs(jobs, now))
+        cols = job_view(jobs, now, columns)
         store = self.history if history is None else history
-        return self.predict_with_state(cols, store.state_for(cols), gpu_memory_mib=gpu_memory_mib)
+        return self._predict(cols, store.state_for(cols), gpu_memory_mib)
 
     def predict_with_state(
         self, jobs: pd.DataFrame | JobColumns, state: HistoryState, *,
         gpu_memory_mib: Mapping[str, float] | None = None,
     ) -> pd.DataFrame:
         """``predict_frame`` with a given history state (point-in-time evaluation, replay)."""
-        table = self.gpu_memory_mib if gpu_memory_mib is None else gpu_memory_mib
         jobs = jobs if isinstance(jobs, JobColumns) else JobColumns(jobs)
+        return columns_frame(self._predict(jobs, state, gpu_memory_mib))
+
+    def _predict(self, jobs: JobColumns, state: HistoryState,
+                 gpu_memory_mib: Mapping[str, float] | None) -> dict[str, np.ndarray]:
+        table = self.gpu_memory_mib if gpu_memory_mib is None else gpu_memory_mib
         X = self.builder.transform_array(jobs, state)
         quantiles = np.exp(self.duration.predict_log(X) + duration_offset(jobs, self.global_median_s)[:, None])
         parts = analytic_memory(jobs, table)
         point, upper = self.predict_memory(jobs, X, parts, table)
         slowdown = self.topology.predict(jobs)
-        return assemble_frame(jobs, quantiles, point, upper, slowdown, table, model_version=self.version,
-                              fallback=False, fallback_reason=None)
+        return assemble_columns(jobs, quantiles, point, upper, slowdown, table, model_version=self.version,
+                                fallback=False, fallback_reason=None)
 
     def predict_memory(self, jobs: pd.DataFrame, X: np.ndarray, parts: MemoryParts,
                        table: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:

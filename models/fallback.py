@@ -18,8 +18,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from features.history import HistoryStore, JobColumns, numeric_column
-from models.bundle import assemble_frame, prepare_jobs
+from features.history import HistoryStore, numeric_column
+from models.bundle import assemble_columns, columns_frame, job_view
 from models.memory import UNMEASURED_MARGIN
 from models.memory_analytic import GPU_MEMORY_MIB, analytic_memory
 from models.topology import TopologyEstimator
@@ -55,7 +55,12 @@ class FallbackPredictor:
     def predict_frame(self, jobs: pd.DataFrame, history: HistoryStore | None = None,
                       now: float | None = None) -> pd.DataFrame:
         """Fallback predictions, one row per job with ``PREDICTION_COLUMNS`` (see the module docstring)."""
-        jobs = JobColumns(prepare_jobs(jobs, now))
+        return columns_frame(self.predict_columns(jobs, history, now))
+
+    def predict_columns(self, jobs: pd.DataFrame, history: HistoryStore | None = None, now: float | None = None,
+                        *, columns: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """``predict_frame`` as one array per column (``JobPredictorBundle.predict_columns``' contract)."""
+        jobs = job_view(jobs, now, columns)
         store = self.history if history is None else history
         state = store.state_for(jobs)
         p50 = np.full(len(jobs), np.nan)
@@ -67,6 +72,6 @@ class FallbackPredictor:
         p50 = np.where(np.isnan(p50), self.global_median_s, p50)
         quantiles = np.column_stack([p50 / SPREAD, p50, p50 * SPREAD])
         analytic = analytic_memory(jobs, self.gpu_memory_mib)["total"]
-        return assemble_frame(jobs, quantiles, analytic, analytic * UNMEASURED_MARGIN, self._topology.predict(jobs),
-                              self.gpu_memory_mib, model_version="fallback", fallback=True,
-                              fallback_reason=self.reason)
+        return assemble_columns(jobs, quantiles, analytic, analytic * UNMEASURED_MARGIN, self._topology.predict(jobs),
+                                self.gpu_memory_mib, model_version="fallback", fallback=True,
+                                fallback_reason=self.reason)

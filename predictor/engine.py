@@ -187,10 +187,17 @@ class Engine:
 
         If the model fails on this input, the fallback answers and says why in ``fallback_reason``.
         """
+        preds, model = self.predict_columns(jobs, now)
+        return pd.DataFrame(preds, columns=list(PREDICTION_COLUMNS)), model
+
+    def predict_columns(self, jobs: pd.DataFrame, now: float, *,
+                        columns: Mapping[str, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], LoadedModel]:
+        """:meth:`predict` as one array per ``PREDICTION_COLUMNS`` column; ``columns``: the same jobs as
+        ``canonical_columns`` arrays, which a predictor with ``predict_columns`` reads instead of the table."""
         with self._history_lock:
             model, history = self._current_history()
             try:
-                preds = model.predictor.predict_frame(jobs, history, now)
+                preds = _predict_with(model.predictor, jobs, history, now, columns)
             except InputError:
                 raise
             except Exception as exc:
@@ -198,16 +205,18 @@ class Engine:
                     raise
                 log.exception("model %s failed; answering with the fallback", model.version)
                 reason = f"model {model.version} failed on this input: {type(exc).__name__}: {exc}"[:300]
-                preds = self.model.fallback.predict_frame(jobs, history, now)
+                preds = _predict_with(self.model.fallback, jobs, history, now, columns)
                 model = LoadedModel(self.model.fallback, "fallback", True, reason, model.loaded_at)
+        n = len(jobs)
         if model.fallback and model.fallback_reason:  # the slot knows why no model answers; say that
-            preds["fallback"] = True  # a frame the predictor just made for us: set in place
-            preds["fallback_reason"] = model.fallback_reason
-        missing = [c for c in PREDICTION_COLUMNS if c not in preds.columns]
+            preds["fallback"] = np.ones(n, dtype=bool)
+            preds["fallback_reason"] = np.full(n, model.fallback_reason, dtype=object)
+        missing = [c for c in PREDICTION_COLUMNS if c not in preds]
         if missing:
             raise RuntimeError(f"predictor {model.version} returned no {', '.join(missing)}")
-        if len(preds) != len(jobs):
-            raise RuntimeError(f"predictor {model.version} returned {len(preds)} rows for {len(jobs)} jobs")
+        lengths = {len(preds[c]) for c in PREDICTION_COLUMNS}
+        if lengths != {n}:
+            raise RuntimeError(f"predictor {model.version} returned {max(lengths - {n})} rows for {n} jobs")
         return preds, model
 
     # ------------------------------------------------------------------ decide
@@ -248,8 +257,7 @@ class Engine:
             seen: set = set()
             dup = next(i for i in ids if i in seen or seen.add(i))
             raise InputError(f"job_id {dup!r} appears twice in the batch")
-        preds, model = self.predict(jobs, now)
-        predicted = prediction_columns(preds)
+        predicted, model = self.predict_columns(jobs, now, columns=columns)
         picture = self._picture
         vocab = picture.vocab.extended(table)
         candidates = pending_arrays(table, predicted, vocab, self.layout, now)
@@ -289,6 +297,16 @@ class Engine:
 def prediction_columns(preds: pd.DataFrame) -> dict[str, np.ndarray]:
     """The prediction table as one numpy array per column (read once, used several times)."""
     return {c: preds[c].to_numpy() for c in PREDICTION_COLUMNS}
+
+
+def _predict_with(predictor: FramePredictor, jobs: pd.DataFrame, history: HistoryStore, now: float,
+                  columns: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """A predictor's prediction columns: through its ``predict_columns`` when it has one (the bundle and
+    the fallback do; no table is built), else read from its ``predict_frame``'s table."""
+    fast = getattr(predictor, "predict_columns", None)
+    if fast is not None:
+        return dict(fast(jobs, history, now, columns=columns))
+    return prediction_columns(predictor.predict_frame(jobs, history, now))
 
 
 def _finite_or_none(x: float) -> float | None:
