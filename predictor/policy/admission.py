@@ -58,6 +58,9 @@ class Admission:
         self.revisit = math.inf
         self.considered = 0
         self.attempts = 0
+        depth = pol.queueing.scheduling_depth
+        self.test_left = math.inf if depth is None else depth  # blocked jobs still to test (scheduling depth)
+        self.beyond_depth = 0
 
     @cached_property
     def lost_s(self) -> np.ndarray:
@@ -78,7 +81,8 @@ class Admission:
         sizing = ctx.sizing
         for i in np.flatnonzero(sizing.flavor < 0).tolist():
             self.outcomes[i] = Outcome("reject", note=self._never_note(i))
-        never = (sizing.flavor < 0).tolist()
+        sizing_never = sizing.flavor < 0
+        never = sizing_never.tolist()
         g_of = ctx.pending.num_gpus.tolist()
         share = (ctx.pending.gpu_milli < MILLI).tolist()
         single_type = ctx.layout.n_types == 1
@@ -90,17 +94,38 @@ class Admission:
         trigger = self.pol.preemption.trigger_wait_s
         scope = self.scope.tolist()
         strict = self.strict
-        for i in order.tolist():
+        beyond = Outcome("wait", note="no capacity free now; beyond the scheduling depth this cycle "
+                                      "(queueing.scheduling_depth)")
+        rows, pos, fits_only = order.tolist(), 0, False
+        while pos < len(rows):
+            i = rows[pos]
+            pos += 1
             if never[i] or (strict and (self.blocked_all or scope[i] in self.blocked)):
                 continue
-            if self.reserve_left <= 0 and self.preempt_left <= 0 and not some.any():
-                break  # nothing free, nothing to reserve, nobody may preempt: the rest waits
+            if (self.reserve_left <= 0 and self.preempt_left <= 0 or self.test_left <= 0) and not some.any():
+                break  # nothing free, and nothing to reserve, nobody may preempt or depth used: the rest waits
+            if not fits_only and not strict and (self.test_left <= 0 or (self.reserve_left <= 0 and self.preempt_left <= 0)):
+                # only starts are left: walk on over the jobs that fit in what is free now (capacity only
+                # shrinks during the rest of the walk), found at once
+                rest = order[pos - 1:]
+                ok = self._fit_now_mask(rest)
+                if self.test_left <= 0:
+                    passed = rest[~ok & ~sizing_never[rest]].tolist()
+                    self.outcomes.update(dict.fromkeys(passed, beyond))
+                    self.beyond_depth += len(passed)
+                rows, pos, fits_only = rest[ok].tolist(), 0, True
+                continue
             types = [0] if single_type else allowed[i]
             g = g_of[i]
             if share[i]:
                 fits = any(some[t] >= g for t in types)
             else:
                 fits = any(whole[t] >= g and book.whole_free_until(t, end0[i]) >= g for t in types)
+            if not fits and self.test_left <= 0:
+                self.outcomes[i] = beyond
+                self.beyond_depth += 1
+                self._block(scope[i])
+                continue
             if not fits and self.reserve_left <= 0:
                 # only preemption is left: try it when possible at all and the wait would trigger it
                 if not (preemptible[i] and self.preempt_left > 0) or (
@@ -108,7 +133,23 @@ class Admission:
                     self._block(scope[i])
                     continue
             self.considered += 1
+            if not fits:
+                self.test_left -= 1
             self.consider(i)
+
+    def _fit_now_mask(self, rows: np.ndarray) -> np.ndarray:
+        """Per row, could its gang fit in the GPUs free now (counts only: an over-estimate)?"""
+        ctx, book = self.ctx, self.book
+        g = ctx.pending.num_gpus[rows]
+        share = ctx.pending.gpu_milli[rows] < MILLI
+        whole, some = book.whole_free_by_type, book.any_free_by_type
+        if ctx.layout.n_types == 1:
+            ok_whole, ok_some = whole[0] >= g, some[0] >= g
+        else:
+            allowed = ctx.sizing.allowed[rows]
+            ok_whole = (allowed & (whole[None, :] >= g[:, None])).any(axis=1)
+            ok_some = (allowed & (some[None, :] >= g[:, None])).any(axis=1)
+        return np.where(share, ok_some, ok_whole) & (ctx.sizing.flavor[rows] >= 0)
 
     def _preemption_possible(self) -> list[bool]:
         """Per job, a cheap over-estimate: could evicting lower-priority jobs it may preempt free enough

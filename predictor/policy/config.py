@@ -106,9 +106,26 @@ class FactorSettings(_Section):
 
 
 class AgingConfig(_Section):
+    """Rule *starvation guard* (``predictor.policy.ordering``; bound and proof in docs/readme/policy.md)."""
+
     starvation_after_s: float | None = Field(DAY, gt=0, description=(
-        "starvation guard: a job waiting this long is ordered ahead of every job submitted after it "
-        "(null: no guard)"))
+        "starvation guard: the longest a job waits before it starves (T_max); a starving job is ordered "
+        "ahead of every job that starts starving after it, in the guard band (null: no guard)"))
+    starvation_run_time_factor: float | None = Field(None, gt=0, description=(
+        "if set, a job starves after clamp(factor x its predicted p90, starvation_min_s, "
+        "starvation_after_s) instead of starvation_after_s (null: starvation_after_s for every job)"))
+    starvation_min_s: float = Field(3600.0, gt=0, description=(
+        "lower clamp of the run-time-relative threshold (starvation_run_time_factor)"))
+    guard_depth: int | None = Field(None, ge=1, le=1_000_000, description=(
+        "how many starving jobs enter the guard band at once, the earliest to start starving first; "
+        "the others keep their normal priority until one of them leaves (null: all)"))
+
+    @model_validator(mode="after")
+    def _clamp_ordered(self) -> AgingConfig:
+        if (self.starvation_run_time_factor is not None and self.starvation_after_s is not None
+                and self.starvation_min_s > self.starvation_after_s):
+            raise ValueError("starvation_min_s must not exceed starvation_after_s")
+        return self
 
 
 class QueueingConfig(_Section):
@@ -116,6 +133,11 @@ class QueueingConfig(_Section):
         "best_effort: a job that cannot start does not stop later ones (they may backfill); strict: "
         "it blocks every later job of its scope (Kueue StrictFIFO)"))
     scope: Literal["cluster", "queue"] = Field("queue", description="what a strict head blocks: its queue or all")
+    scheduling_depth: int | None = Field(None, ge=1, le=1_000_000, description=(
+        "scheduling depth (like Slurm's bf_max_job_test / default_queue_depth): per cycle, at most this "
+        "many jobs that cannot start in the GPUs free now are tested for a reservation or a preemption, "
+        "highest priority first; the rest wait for a later cycle. A job that fits in the free GPUs is "
+        "always tried; priorities are computed for every job (null: no limit)"))
 
 
 class QuotaConfig(_Section):

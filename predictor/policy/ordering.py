@@ -17,15 +17,21 @@ One rule per class behind :class:`Ordering`, chosen by ``policy.ordering`` from 
 ``kueue``
     the tier's ``kueue_priority`` (WorkloadPriorityClass), then creation time (Kueue's order).
 
-Rule *starvation guard* (any ordering, ``aging.starvation_after_s = T``): a job that has waited at
-least ``T`` goes into a band above every other job, ordered by submit time. Hence a job waiting ``T``
-is ordered ahead of every job submitted after it, whatever that job is (proof in
+Rule *starvation guard* (any ordering; ``aging`` section). Job ``j`` *starves* once it has waited
+its threshold ``T_j``: ``T_j = aging.starvation_after_s = T_max`` for every job, or, with
+``starvation_run_time_factor = k``, ``T_j = clamp(k x p90_j, starvation_min_s, T_max)`` (``p90_j``
+the predicted run time; ``T_max`` when unknown). Starving jobs are ranked by the time they started
+starving, ``e_j = submit_j + T_j`` (then submit time, then row); the first ``aging.guard_depth`` of
+them (all when null) form the *guard band*, ordered above every other job in that rank order. The
+others keep their normal priority until a band member leaves the queue. Hence a job in the band is
+ordered ahead of every job that starts starving after it, and a job reaches the band once fewer
+than ``guard_depth`` jobs that started starving before it are still pending (bound and proof in
 docs/readme/policy.md).
 
 Integer priorities (``Decision.priority``, Slurm's uint32 scale): an ordering maps its key into
 ``1 .. 2**31 - 1``, monotone with the order (equal keys may share a value); the guard band uses
 ``2**31 .. 2**32 - 2`` (``2**31 + (2**31 - 2 - submit second)``). ``Decision.kueue_priority`` is
-half of it, within int32.
+half of it, within int32. In the band the value falls with ``e_j`` (to the second).
 """
 
 from __future__ import annotations
@@ -36,13 +42,13 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from predictor.capacity.layout import MILLI
-from predictor.policy.config import PolicyConfig
+from predictor.policy.config import AgingConfig, PolicyConfig
 from predictor.policy.context import CycleContext
 from predictor.policy.factors import FACTORS, PriorityFactor
 from predictor.policy.factors.base import hours
 
 __all__ = ["Ordering", "OrderKeys", "ORDERINGS", "GUARD_BASE", "NORMAL_MAX", "order_pending",
-           "guard_priority"]
+           "guard_priority", "starvation_threshold_s"]
 
 #: Highest priority of the normal band; the starvation guard band starts just above.
 NORMAL_MAX = 2**31 - 1
@@ -94,10 +100,26 @@ def _log_small_first(x: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(v), v, 0.5)
 
 
-def guard_priority(submit_ts: np.ndarray) -> np.ndarray:
-    """Integer priority of jobs in the starvation guard band: earlier submit, higher priority."""
-    sec = np.clip(np.floor(submit_ts), 0, _GUARD_SPAN).astype(np.int64)
+def guard_priority(starving_since_ts: np.ndarray) -> np.ndarray:
+    """Integer priority of jobs in the starvation guard band: the earlier a job started starving
+    (``submit + threshold``), the higher its priority."""
+    sec = np.clip(np.floor(starving_since_ts), 0, _GUARD_SPAN).astype(np.int64)
     return GUARD_BASE + (_GUARD_SPAN - sec)
+
+
+def starvation_threshold_s(ctx: CycleContext, aging: AgingConfig) -> np.ndarray | None:
+    """Per pending job, the wait after which it starves (``T_j`` of the module docstring); None
+    without a guard."""
+    t_max = aging.starvation_after_s
+    if t_max is None:
+        return None
+    n = len(ctx.pending)
+    k = aging.starvation_run_time_factor
+    if k is None:
+        return np.full(n, float(t_max))
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = np.clip(k * ctx.p90, aging.starvation_min_s, t_max)
+    return np.where(np.isfinite(t), t, float(t_max))
 
 
 class MultifactorOrdering:
@@ -245,9 +267,12 @@ ORDERINGS: dict[str, type[Ordering]] = {
 }
 
 
-def order_pending(ctx: CycleContext, keys: OrderKeys, starvation_after_s: float | None
+def order_pending(ctx: CycleContext, keys: OrderKeys, aging: AgingConfig | float | None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Apply the starvation guard and sort.
+
+    ``aging`` is the policy's ``aging`` section (a number or None stands for
+    ``AgingConfig(starvation_after_s=that)``).
 
     Returns
     -------
@@ -258,13 +283,26 @@ def order_pending(ctx: CycleContext, keys: OrderKeys, starvation_after_s: float 
     guarded : ndarray of bool
         Rows in the starvation guard band.
     """
+    if not isinstance(aging, AgingConfig):
+        aging = AgingConfig(starvation_after_s=aging)
     p = ctx.pending
     n = len(p)
-    if starvation_after_s is None:
+    rows = np.arange(n)
+    threshold = starvation_threshold_s(ctx, aging)
+    if threshold is None or n == 0:
+        return np.lexsort((rows, p.submit_ts, -keys.key)), keys.priority.astype(np.int64), np.zeros(n, dtype=bool)
+    since = p.submit_ts + threshold
+    guarded = ctx.now - p.submit_ts >= threshold
+    depth = aging.guard_depth
+    if depth is not None and int(guarded.sum()) > depth:
+        starving = np.flatnonzero(guarded)
+        first = starving[np.lexsort((starving, p.submit_ts[starving], since[starving]))[:depth]]
         guarded = np.zeros(n, dtype=bool)
-    else:
-        guarded = ctx.now - p.submit_ts >= starvation_after_s
-    priority = np.where(guarded, guard_priority(p.submit_ts), keys.priority) if guarded.any() else keys.priority
-    primary = np.where(guarded, np.inf, keys.key) if guarded.any() else keys.key
-    order = np.lexsort((np.arange(n), p.submit_ts, -primary))
+        guarded[first] = True
+    if not guarded.any():
+        return np.lexsort((rows, p.submit_ts, -keys.key)), keys.priority.astype(np.int64), guarded
+    priority = np.where(guarded, guard_priority(since), keys.priority)
+    primary = np.where(guarded, np.inf, keys.key)
+    band_rank = np.where(guarded, since, 0.0)
+    order = np.lexsort((rows, p.submit_ts, band_rank, -primary))
     return order, priority.astype(np.int64), guarded

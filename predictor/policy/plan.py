@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from predictor.policy.decision import (
     Victim,
 )
 from predictor.policy.factors.base import hours
-from predictor.policy.ordering import NORMAL_MAX, Ordering, OrderKeys
+from predictor.policy.ordering import NORMAL_MAX, Ordering, OrderKeys, starvation_threshold_s
 
 __all__ = ["SchedulePlan", "Assignment", "Outcome", "DecisionWriter", "ACTIONS"]
 
@@ -78,6 +79,12 @@ class DecisionWriter:
         self.running_priority = running_priority
         self.policy = ctx.policy
 
+    @cached_property
+    def starvation_s(self) -> np.ndarray:
+        """Each pending job's starvation threshold (only read for jobs in the guard band)."""
+        t = starvation_threshold_s(self.ctx, self.policy.aging)
+        return np.zeros(len(self.ctx.pending)) if t is None else t
+
     # ------------------------------------------------------------------ parts
     def factors(self, i: int) -> tuple[FactorScore, ...]:
         k, explain = self.keys, self.explain
@@ -90,9 +97,11 @@ class DecisionWriter:
             out = [FactorScore(self.ordering.name, float(k.priority[i]) / NORMAL_MAX, 1.0,
                                self.ordering.explain(self.ctx, i) if explain else "")]
         if self.guarded[i]:
-            after = self.policy.aging.starvation_after_s or 0.0
+            waited = self.ctx.now - float(self.ctx.pending.submit_ts[i])
             out.append(FactorScore("starvation_guard", 1.0, 0.0,
-                                   f"waited over {hours(after)}: ahead of every job submitted later"))
+                                   f"starving (waited {hours(waited)}, over its threshold "
+                                   f"{hours(float(self.starvation_s[i]))}): ahead of every job that starves later"
+                                   if explain else ""))
         return tuple(out)
 
     def placement(self, i: int, o: Outcome) -> Placement | None:

@@ -103,7 +103,7 @@ def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = T
     t1 = clock()
     # 3. order
     keys = ordering.keys(ctx)
-    order, priority, guarded = order_pending(ctx, keys, policy.aging.starvation_after_s)
+    order, priority, guarded = order_pending(ctx, keys, policy.aging)
     run_prio = ordering.running_priority(ctx)
     run_prio = run.priority if run_prio is None else run_prio
     t2 = clock()
@@ -133,7 +133,7 @@ def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = T
         action[i] = o.action
     starts = [r.start_ts for d in decisions if (r := d.reservation) is not None and r.start_ts > now]
     revisit = min([*starts, walk.revisit], default=math.inf)
-    stats = {"pending": len(pend), "running": len(run), "considered": walk.considered,
+    stats = {"pending": len(pend), "running": len(run), "considered": walk.considered, "beyond_depth": walk.beyond_depth,
              "placement_attempts": walk.attempts, "started": sum(d.action == "start" for d in decisions),
              "reserved": sum(d.action == "reserve" for d in decisions),
              "preempting": sum(d.action == "preempt" for d in decisions),

@@ -18,7 +18,7 @@ def ranked(policy, *jobs, now=1000.0, running=()):
     ctx = open_cycle(snap, policy)
     ordering = ORDERINGS[policy.ordering](policy)
     keys = ordering.keys(ctx)
-    order, prio, guarded = order_pending(ctx, keys, policy.aging.starvation_after_s)
+    order, prio, guarded = order_pending(ctx, keys, policy.aging)
     ids = [str(snap.pending.job_id[i]) for i in order]
     return ids, prio[order], ctx, ordering
 
