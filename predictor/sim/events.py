@@ -9,6 +9,13 @@ is consulted once per distinct instant, not once per event.
 Events that became pointless (the completion of a job that was preempted before it finished) are not
 removed from the heap; each carries the job's *epoch* at the time it was pushed and is dropped on pop
 when the job's epoch has moved on. That keeps push and pop at O(log n).
+
+The rules layer's "decide again at" time (a plan's ``revisit_at_ts``) is one *superseding* wakeup
+(:meth:`EventQueue.wake_at`): every new plan replaces the previous plan's revisit, so only the
+latest one is live and the others are dropped on pop like stale completions. Without that, every
+plan whose reservation keeps moving (a running job past its predicted end is assumed to need
+another ``overrun_extension_s``) would start its own chain of wakeups, and the chains would
+multiply with every event.
 """
 
 from __future__ import annotations
@@ -54,6 +61,9 @@ class EventQueue:
         self._seq = 0
         self.now = float(start_time)
         self.popped = 0  # events handed out (stale ones excluded)
+        self._wake_token = 0  # token of the last superseding wakeup pushed
+        self._wake_live = 0  # token of the live one (0: none)
+        self.wake_time: float | None = None  # time of the live superseding wakeup
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -78,6 +88,24 @@ class EventQueue:
         else:
             items.sort()
             self._heap = items  # a sorted list is a valid heap
+
+    def wake_at(self, time: float) -> None:
+        """Make ``time`` the one live superseding wakeup (see the module docstring); a previous one
+        is dropped. Pushing the live time again is a no-op."""
+        if self._wake_live and self.wake_time == time:
+            return
+        if time < self.now:
+            raise ValueError(f"wakeup at {time} is before the clock ({self.now})")
+        self._wake_token += 1
+        self._wake_live = self._wake_token
+        self.wake_time = float(time)
+        heapq.heappush(self._heap, (float(time), int(EventKind.WAKEUP), self._seq, -1, self._wake_token))
+        self._seq += 1
+
+    def cancel_wakeup(self) -> None:
+        """Drop the live superseding wakeup, if any."""
+        self._wake_live = 0
+        self.wake_time = None
 
     def peek_time(self) -> float | None:
         """Time of the next event (possibly stale), or None when the heap is empty."""
@@ -104,8 +132,14 @@ class EventQueue:
             batch: list[Event] = []
             while heap and heap[0][0] == t:
                 time, kind, seq, job, epoch = heapq.heappop(heap)
-                if job >= 0 and epochs[job] != epoch:
-                    continue
+                if job >= 0:
+                    if epochs[job] != epoch:
+                        continue
+                elif epoch:  # a superseding wakeup: live only if it is the latest
+                    if epoch != self._wake_live:
+                        continue
+                    self._wake_live = 0
+                    self.wake_time = None
                 batch.append(Event(time, EventKind(kind), seq, job, epoch))
             if batch:
                 self.now = t

@@ -134,7 +134,6 @@ class Replay:
         self.running: dict[int, RunningJob] = {}
         self.reservations: dict[int, Reservation] = {}
         self.arrivals_left = len(jobs)
-        self._wakeups: set[float] = set()
         self._batch: list = []
         self._dirty = False
         self._finished = 0
@@ -199,8 +198,6 @@ class Replay:
                     arrivals.append(ev.job)
                 else:
                     self._finished += 1
-            elif ev.kind is EventKind.WAKEUP:
-                self._wakeups.discard(ev.time)
             self._dirty = True
         return arrivals
 
@@ -235,7 +232,6 @@ class Replay:
         return plan
 
     def _place(self, plan: PlanLike, now: float) -> None:
-        origin = self.jobs.origin_ts
         for d in plan.decisions:
             j = self.row_of.get(d.job_id)
             if j is None:
@@ -267,11 +263,7 @@ class Replay:
                 self._finished += 1
             else:
                 raise PlanError(f"unknown action {d.action!r} for job {d.job_id}")
-        # the rules layer says when its plan may change without a job event (a reservation due, a
-        # victim passing its minimum runtime): decide again then, and only then
-        revisit = getattr(plan, "revisit_at_ts", None)
-        if revisit is not None:
-            self._wake(revisit - origin, now)
+        self._revisit(getattr(plan, "revisit_at_ts", None), now)
 
     # -- acting ----------------------------------------------------------------------------------
     def _start(self, j: int, d: Decision, now: float, begin: float) -> None:
@@ -311,13 +303,15 @@ class Replay:
         self.cluster.release(run.gpus, run.milli, run.slots)
         return run
 
-    def _wake(self, t: float, now: float) -> None:
-        if t <= now or t in self._wakeups:
+    def _revisit(self, revisit_ts: float | None, now: float) -> None:
+        """The rules layer says when its plan may change without a job event (a reservation due, a
+        victim passing its minimum runtime): decide again then, and only then. The latest plan's
+        revisit replaces the previous plan's (that plan is superseded; its revisit concerned it)."""
+        t = None if revisit_ts is None else revisit_ts - self.jobs.origin_ts
+        if t is None or t <= now or (not self.running and self.arrivals_left == 0):
+            self.events.cancel_wakeup()  # none asked, or nothing can change any more
             return
-        if not self.running and self.arrivals_left == 0:
-            return  # nothing can change any more: waking up would change nothing
-        self._wakeups.add(t)
-        self.events.push(t, EventKind.WAKEUP)
+        self.events.wake_at(t)
 
 
 def _need(placement: Placement | None, d: Decision) -> Placement:
