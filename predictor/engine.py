@@ -96,6 +96,7 @@ class Engine:
         self._charges: dict[tuple[str, float], UsageCharge] = {}
         self._ledger = FairShareLedger(policy.factors.fairshare.half_life_s)
         self._picture = QueuePicture.empty(self.layout)
+        self._open_runs_cache: tuple[object, float, float, FairShareLedger] | None = None
 
     # ------------------------------------------------------------------ what scoring reads
     @property
@@ -154,20 +155,32 @@ class Engine:
             for team, value in more.usage_at(now).items():
                 usage[team] = usage.get(team, 0.0) + value
         pic = picture or self._picture
-        running = pic.running
-        if len(running):
-            open_runs = FairShareLedger(self._ledger.half_life_s)
-            for i in range(len(running)):
-                code = int(running.team[i])
-                if code < 0:
-                    continue
-                gpus = float(running.num_gpus[i]) * float(running.gpu_milli[i]) / MILLI
-                start = float(running.start_ts[i])
-                open_runs.record(JobEvent("start", str(running.job_id[i]), min(start, now), pic.vocab.teams.names[code],
-                                          gpus))
-            for team, value in open_runs.usage_at(now).items():
+        if len(pic.running):
+            for team, value in self._open_runs(pic, now).usage_at(now).items():
                 usage[team] = usage.get(team, 0.0) + value
         return usage
+
+    def _open_runs(self, pic: QueuePicture, now: float) -> FairShareLedger:
+        """The running jobs' runs so far as a ledger (each run from its start, or from ``now`` if it starts
+        later). Built once per set of running jobs and half-life, not per request: a scoring request's
+        trial picture shares its running jobs with the tracked picture."""
+        running, half_life = pic.running, self._ledger.half_life_s
+        cached = self._open_runs_cache
+        if cached is not None and cached[0] is running and cached[1] == half_life and cached[2] <= now:
+            return cached[3]
+        ledger = FairShareLedger(half_life)
+        latest = -np.inf
+        for i in range(len(running)):
+            code = int(running.team[i])
+            if code < 0:
+                continue
+            gpus = float(running.num_gpus[i]) * float(running.gpu_milli[i]) / MILLI
+            start = float(running.start_ts[i])
+            latest = max(latest, start)
+            ledger.record(JobEvent("start", str(running.job_id[i]), min(start, now), pic.vocab.teams.names[code], gpus))
+        if latest <= now:  # no start clipped to now: the same ledger serves any later time
+            self._open_runs_cache = (running, half_life, latest, ledger)
+        return ledger
 
     # ------------------------------------------------------------------ predict
     def _current_history(self) -> tuple[LoadedModel, HistoryStore]:
