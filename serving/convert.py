@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 import numpy as np
+import orjson
 from fastapi.responses import Response
 
 from predictor.engine import Scored
@@ -46,4 +46,6 @@ def score_response(scored: Sequence[Scored], model: LoadedModel, now: float) -> 
         "scored_at": now,
     }
     headers = {"x-model-version": model.version, "x-model-fallback": "true" if model.fallback else "false"}
-    return JSONBytes(json.dumps(body, separators=(",", ":"), allow_nan=False).encode(), headers=headers)
+    # orjson: several times faster than json.dumps on a batch's documents (which hold no NaN: the codec
+    # writes non-finite numbers as null)
+    return JSONBytes(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), headers=headers)
