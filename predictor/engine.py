@@ -183,6 +183,11 @@ class Engine:
         return ledger
 
     # ------------------------------------------------------------------ predict
+    def prepare_history(self) -> None:
+        """Seed the history for the model in use now (after a swap), so no request pays for the copy."""
+        with self._history_lock:
+            self._current_history()
+
     def _current_history(self) -> tuple[LoadedModel, HistoryStore]:
         """The history matching the model in use (re-seeded when the model changed). Hold the lock."""
         model = self.model.current

@@ -72,6 +72,11 @@ class Service:
     def on_model_change(self, model: LoadedModel) -> None:
         self.metrics.set_model(model.version, model.fallback)
         self.metrics.model_reloads.labels(outcome="fallback" if model.fallback else "loaded").inc()
+        # In the reload thread, not in the first request after the swap: copy the model's history for
+        # the features, then take what loading created (modules MLflow imported, the bundle) out of
+        # the garbage collector's scans, as at start-up.
+        self.engine.prepare_history()
+        gc.freeze()
 
     async def start(self) -> None:
         """Start the model reload thread, the stream follower and the periodic re-plan."""
