@@ -9,7 +9,8 @@ a job goes is the rules layer's business (``predictor.capacity``).
 Allocations are also kept in a *slot table* (``slot_gpu[k]``, ``slot_job[k]``: slot ``k`` says job
 ``slot_job[k]`` holds part of GPU ``slot_gpu[k]``; ``-1`` marks a free slot), so the running jobs'
 allocations can be handed to a snapshot in CSR form with one ``argsort`` instead of a Python loop
-over running jobs (:meth:`ClusterState.allocations`).
+over running jobs (:meth:`ClusterState.allocations`). ``version`` counts allocations and releases,
+so a caller can reuse what it derived from an unchanged state (the CSR form is cached by it).
 """
 
 from __future__ import annotations
@@ -60,10 +61,22 @@ class ClusterState:
         self.slot_gpu = np.full(self.total_gpus, -1, dtype=np.int64)
         self.slot_job = np.full(self.total_gpus, -1, dtype=np.int64)
         self._free_slots: list[int] = list(range(self.total_gpus - 1, -1, -1))
+        self.version = 0  # bumped by every allocate and release
+        self._csr: tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     @property
     def capacity_milli(self) -> int:
         return self.total_gpus * WHOLE
+
+    def could_fit(self, num_gpus: np.ndarray, milli: np.ndarray) -> bool:
+        """Whether at least one of the jobs (``num_gpus[i]`` GPUs with ``milli[i]`` thousandths free
+        each) has enough GPUs with that much free, anywhere. A necessary condition for starting any of
+        them without an eviction, whatever the placement rules (a physical count, not a choice)."""
+        if len(num_gpus) == 0:
+            return False
+        free = np.sort(self.free_milli)
+        have = len(free) - np.searchsorted(free, milli, side="left")
+        return bool((have >= num_gpus).any())
 
     def free_whole_gpus_per_node(self) -> np.ndarray:
         """Completely free GPUs on each node, shape (n_nodes,)."""
@@ -118,6 +131,7 @@ class ClusterState:
         slots = np.array([self._free_slots.pop() for _ in range(len(gpus))], dtype=np.int64)
         self.slot_gpu[slots] = gpus
         self.slot_job[slots] = job
+        self.version += 1
         return slots
 
     def release(self, gpus: np.ndarray, milli: int, slots: np.ndarray) -> None:
@@ -131,6 +145,7 @@ class ClusterState:
         self.slot_gpu[slots] = -1
         self.slot_job[slots] = -1
         self._free_slots.extend(slots.tolist())
+        self.version += 1
 
     def _grow_slots(self, need: int) -> None:
         old = len(self.slot_gpu)
@@ -149,7 +164,18 @@ class ClusterState:
         offsets : ndarray of int64, shape (n_running + 1,)
         gpus : ndarray of int64
             ``gpus[offsets[i]:offsets[i + 1]]`` are the GPUs of ``jobs[i]``.
+
+        The arrays are shared by every call until the next allocate or release: do not modify them.
         """
+        if self._csr is not None and self._csr[0] == self.version:
+            return self._csr[1]
+        out = self._allocations()
+        for a in out:
+            a.flags.writeable = False
+        self._csr = (self.version, out)
+        return out
+
+    def _allocations(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         owner_all = self.slot_job
         used = np.flatnonzero(owner_all >= 0)
         order = used[np.argsort(owner_all[used], kind="stable")]

@@ -131,6 +131,7 @@ class Replay:
         self.recorder = ReplayRecorder()
         self.row_of: dict[str, int] = {str(j): i for i, j in enumerate(jobs.job_ids)}
         self.pending: dict[int, None] = {}  # insertion-ordered set of queued rows
+        self._pending_rows: np.ndarray | None = None  # self.pending as an array, None when stale
         self.running: dict[int, RunningJob] = {}
         self.reservations: dict[int, Reservation] = {}
         self.arrivals_left = len(jobs)
@@ -212,17 +213,15 @@ class Replay:
                 self.recorder.rejected_by_rules[j] = f"needs {self.jobs.num_gpus[j]} GPUs, the cluster has {total}"
                 self._finished += 1
                 continue
-            self.pending[j] = None
+            self._queue(j)
 
     def _schedule(self, now: float) -> PlanLike | None:
         if not (self._dirty and self.pending):
             return None
         self._dirty = False
-        pending = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
-        if not self.rules.may_preempt:
-            free = self.cluster.capacity_milli - self.cluster.allocated_milli
-            if free < int(self.jobs.milli_demand[pending].min()):
-                return None  # no queued job fits in what is free, and nothing may be evicted
+        pending = self._pending_array()
+        if self._nothing_can_start(pending):
+            return None
         view = SimView(now=now, jobs=self.jobs, predictions=self.predictions, progress=self.progress,
                        cluster=self.cluster, pending=pending, running=self.running, reservations=self.reservations)
         t0 = time.perf_counter()
@@ -230,6 +229,31 @@ class Replay:
         self.recorder.decide_s += time.perf_counter() - t0
         self.recorder.decide_calls += 1
         return plan
+
+    def _nothing_can_start(self, pending: np.ndarray) -> bool:
+        """True when the plan provably could not start or evict anything: the policy never preempts
+        and no queued job has enough GPUs with its share free (anywhere, whatever the placement
+        rules). Such a plan could only reserve, wait or reject; the next event that frees GPUs asks
+        again. ``tests/predictor/sim/test_replay_equivalence.py`` replays with and without this skip."""
+        if self.rules.may_preempt:
+            return False
+        return not self.cluster.could_fit(self.jobs.num_gpus[pending], self.jobs.gpu_milli[pending])
+
+    def _pending_array(self) -> np.ndarray:
+        rows = self._pending_rows
+        if rows is None:
+            rows = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
+            rows.flags.writeable = False
+            self._pending_rows = rows
+        return rows
+
+    def _queue(self, j: int) -> None:
+        self.pending[j] = None
+        self._pending_rows = None
+
+    def _unqueue(self, j: int) -> None:
+        del self.pending[j]
+        self._pending_rows = None
 
     def _place(self, plan: PlanLike, now: float) -> None:
         for d in plan.decisions:
@@ -256,7 +280,7 @@ class Replay:
                     self.recorder.reservations_made += 1
                 self.reservations[j] = res
             elif d.action == "reject":
-                del self.pending[j]
+                self._unqueue(j)
                 self.reservations.pop(j, None)
                 self.progress.reject(j, now)
                 self.recorder.rejected_by_rules[j] = d.reason or "rejected by the rules layer"
@@ -273,7 +297,7 @@ class Replay:
             raise PlanError(f"job {self.jobs.job_ids[j]} needs {self.jobs.num_gpus[j]} GPUs, placement has {placement.num_gpus}")
         gpus = self.cluster.gpus_for(placement, milli)
         slots = self.cluster.allocate(gpus, milli, j)
-        del self.pending[j]
+        self._unqueue(j)
         if self.reservations.pop(j, None) is not None:
             self.recorder.reservation_starts += 1
         k = self.jobs.class_index(placement.placement_class)
@@ -296,7 +320,7 @@ class Replay:
         lost = self.progress.evict(v, now)
         self.rules.job_stopped(v, run.begin, now, self.progress)
         self.recorder.segment(v, min(run.begin, now), now, SegmentEnd.PREEMPTED, lost, run.placement_class)
-        self.pending[v] = None
+        self._queue(v)
 
     def _release(self, j: int) -> RunningJob:
         run = self.running.pop(j)

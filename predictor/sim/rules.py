@@ -100,6 +100,11 @@ class PolicyRules:
         self.peak_upper = predictions.peak_vram_upper_mib.copy()
         self.half_life_s = float(policy.factors.fairshare.half_life_s)
         self.ledger = FairShareLedger(self.half_life_s)
+        # parts of the last snapshot reused while what they were built from is unchanged: the pending
+        # columns (same queued rows, none of them stopped since) and the running jobs' static columns
+        # (same cluster version: no allocation or release since)
+        self._pending_cache: tuple[np.ndarray, PendingJobs] | None = None
+        self._running_cache: tuple[int, dict] | None = None
 
     def _requested_types(self, gpu_type: pd.Series) -> np.ndarray | None:
         """(n_jobs, n_types) bool of the type each job asked for; any type when the cluster lacks it."""
@@ -119,10 +124,12 @@ class PolicyRules:
 
     def job_started(self, j: int, decision: Decision) -> None:
         self.priority[j] = int(decision.priority)
+        self._running_cache = None
 
     def job_stopped(self, j: int, begin_s: float, end_s: float, progress: JobProgress | None = None) -> None:
         """A run of job ``j`` ended (finished, evicted, crashed): charge it to its team's usage, and
         update what the rules layer will be told if the job comes back to the queue."""
+        self._pending_cache = None  # j may come back to the queue with new numbers
         team = self.team[j]
         if team >= 0 and end_s > begin_s:
             origin = self.jobs.origin_ts
@@ -152,8 +159,11 @@ class PolicyRules:
 
     def _pending(self, view: SimView) -> PendingJobs:
         rows = view.pending
+        hit = self._pending_cache
+        if hit is not None and (hit[0] is rows or np.array_equal(hit[0], rows)):
+            return hit[1]
         p = self.pred
-        return PendingJobs(
+        out = PendingJobs(
             job_id=self.job_id[rows], team=self.team[rows], tier=self.tier[rows], queue=self.queue[rows],
             submit_ts=self.submit_ts[rows], num_gpus=self.jobs.num_gpus[rows], gpu_milli=self.jobs.gpu_milli[rows],
             deadline_ts=self.deadline_ts[rows], time_limit_s=self.time_limit_s[rows],
@@ -163,22 +173,38 @@ class PolicyRules:
             model_version=p.model_version[rows],
             requested_types=None if self.requested is None else self.requested[rows],
         )
+        for v in vars(out).values():  # shared by the snapshots of later cycles: nobody may modify them
+            if isinstance(v, np.ndarray):
+                v.flags.writeable = False
+        self._pending_cache = (rows, out)
+        return out
 
     def _running(self, view: SimView, rows: np.ndarray, offsets: np.ndarray, gpus: np.ndarray) -> RunningJobs:
         prog, origin = view.progress, self.jobs.origin_ts
-        run_start = prog.run_start[rows]
-        start_ts = run_start + origin
-        cls = np.maximum(prog.placement_class[rows], 0)
-        left = self.p90[rows] * self.pred.slowdown[rows, cls]  # p90 minus kept work, on its placement
-        ckpt = self.checkpoint_s[rows]
+        hit = self._running_cache
+        if hit is not None and hit[0] == view.cluster.version:
+            static = hit[1]
+        else:
+            run_start = prog.run_start[rows]
+            start_ts = run_start + origin
+            cls = np.maximum(prog.placement_class[rows], 0)
+            left = self.p90[rows] * self.pred.slowdown[rows, cls]  # p90 minus kept work, on its placement
+            static = dict(
+                job_id=self.job_id[rows], team=self.team[rows], tier=self.tier[rows], queue=self.queue[rows],
+                num_gpus=np.diff(offsets), gpu_milli=self.jobs.gpu_milli[rows], start_ts=start_ts,
+                predicted_end_ts=start_ts + left, checkpoint_interval_s=self.checkpoint_s[rows],
+                priority=self.priority[rows], alloc_offsets=offsets, alloc_gpus=gpus,
+                _run_start=run_start, _attained=prog.attained_gpu_s[rows], _gpus=self.gpus[rows],
+            )
+            for v in static.values():
+                v.flags.writeable = False
+            self._running_cache = (view.cluster.version, static)
+        run_start, ckpt, start_ts = static["_run_start"], static["checkpoint_interval_s"], static["start_ts"]
         elapsed = np.maximum(view.now - run_start, 0.0)
         last_ckpt = start_ts + np.floor(elapsed / ckpt) * ckpt  # NaN where no interval is declared
         return RunningJobs(
-            job_id=self.job_id[rows], team=self.team[rows], tier=self.tier[rows], queue=self.queue[rows],
-            num_gpus=np.diff(offsets), gpu_milli=self.jobs.gpu_milli[rows], start_ts=start_ts,
-            predicted_end_ts=start_ts + left, last_checkpoint_ts=last_ckpt, checkpoint_interval_s=ckpt,
-            priority=self.priority[rows], attained_gpu_s=prog.attained_gpu_s[rows] + elapsed * self.gpus[rows],
-            alloc_offsets=offsets, alloc_gpus=gpus,
+            **{k: v for k, v in static.items() if not k.startswith("_")}, last_checkpoint_ts=last_ckpt,
+            attained_gpu_s=static["_attained"] + elapsed * static["_gpus"],
         )
 
     def _usage(self, view: SimView, now_ts: float, rows: np.ndarray) -> np.ndarray:

@@ -6,7 +6,8 @@ Shortcuts checked here (``predictor.sim.replay``):
 * the rules layer's ``revisit_at_ts`` is one superseding wakeup (the latest plan's), not one wakeup
   per plan ever made. The reference below keeps every plan's revisit, as the replay did before.
 * ``decide()`` is skipped at an instant where nothing the rules layer reads has changed
-  (see ``Replay._schedule``). The reference calls it whenever an event happened.
+  (``Replay._nothing_can_start``: a policy that never preempts, and no
+  queued job has enough GPUs with its share free). The reference calls it whenever an event happened.
 
 Predictions are scaled to *underestimate* run times (the case where reservations keep moving past
 the running jobs' predicted ends and the reference's wakeups multiply), to overestimate them, and
@@ -46,7 +47,7 @@ class ReferenceReplay(Replay):
         self._wakeups.add(t)
         self.events.push(t, EventKind.WAKEUP)
 
-    def _unchanged(self) -> bool:
+    def _nothing_can_start(self, pending) -> bool:
         return False
 
 
