@@ -37,6 +37,7 @@ import pandas as pd
 from features.errors import InputError
 from features.history import (
     KEY_KINDS,
+    STATE_FIELDS,
     HistoryState,
     HistoryStore,
     JobColumns,
@@ -98,6 +99,7 @@ FEATURE_NAMES: tuple[str, ...] = (*_REQUEST, *_WORKLOAD, *_CALENDAR, *CATEGORICA
 
 
 _num = numeric_column
+_STATE_INDEX = {name: i for i, name in enumerate(STATE_FIELDS)}
 
 
 def _log(x: np.ndarray) -> np.ndarray:
@@ -106,41 +108,48 @@ def _log(x: np.ndarray) -> np.ndarray:
 
 
 def _history_block(state: HistoryState, submit: np.ndarray, time_limit: np.ndarray) -> np.ndarray:
-    """History features (columns ``_HISTORY``) from a history state; shared by batch and serving."""
-    blocks = []
-    log_limit = _log(time_limit)
-    for kind in KEY_KINDS:
-        def f(name: str, kind: str = kind) -> np.ndarray:
-            return state.get(kind, name)
+    """History features (columns ``_HISTORY``) from a history state; shared by batch and serving.
 
-        n_ended, n_dur, n_ratio = f("n_ended"), f("n_dur"), f("n_ratio")
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mean = np.where(n_dur > 0, f("sum_logd") / n_dur, np.nan)
-            var = np.where(n_dur > 1, f("sum_logd2") / n_dur - mean * mean, np.nan)
-            mean_ratio = np.where(n_ratio > 0, f("sum_ratio") / n_ratio, np.nan)
-            blocks.append(np.column_stack([
-                np.minimum(n_ended, COUNT_CAP),
-                mean,
-                np.sqrt(np.maximum(var, 0.0)),
-                f("median_logd"),
-                f("last1_logd"),
-                f("last2_logd"),
-                np.where(n_ended > 0, f("n_fail") / n_ended, np.nan),
-                np.where(n_ended > 0, np.log1p(f("gpu_hours") / n_ended), np.nan),
-                mean_ratio,
-                f("last_ratio"),
-                np.where(n_ended > 0, np.log1p(np.maximum(submit - f("last_end_ts"), 0.0) / 3600.0), np.nan),
-                log_limit - _log(f("last_limit_s")),
-                log_limit + mean_ratio,
-                log_limit + f("last_ratio"),
-                np.where(n_dur > 0, f("n_short") / n_dur, np.nan),
-                np.where(n_ratio > 0, f("n_at_limit") / n_ratio, np.nan),
-                np.where(f("n_peak") > 0, f("sum_log_peak") / f("n_peak"), np.nan),
-                f("last_log_peak"),
-                _log(f("last_peak_gpus")),
-                f("last_peak_log_tokens"),
-            ]))
-    return np.hstack(blocks)
+    All key kinds at once: each statistic is one array operation over (kinds, jobs), not one per kind
+    (a serving request scores a few rows, where the number of numpy calls is the cost).
+    """
+    n = len(submit)
+    S = np.stack([state.values[kind] for kind in KEY_KINDS])  # (kinds, jobs, STATE_FIELDS)
+
+    def f(name: str) -> np.ndarray:
+        return S[:, :, _STATE_INDEX[name]]
+
+    log_limit = _log(time_limit)[None, :]
+    submit = submit[None, :]
+    n_ended, n_dur, n_ratio = f("n_ended"), f("n_dur"), f("n_ratio")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(n_dur > 0, f("sum_logd") / n_dur, np.nan)
+        var = np.where(n_dur > 1, f("sum_logd2") / n_dur - mean * mean, np.nan)
+        mean_ratio = np.where(n_ratio > 0, f("sum_ratio") / n_ratio, np.nan)
+        stats = [
+            np.minimum(n_ended, COUNT_CAP),
+            mean,
+            np.sqrt(np.maximum(var, 0.0)),
+            f("median_logd"),
+            f("last1_logd"),
+            f("last2_logd"),
+            np.where(n_ended > 0, f("n_fail") / n_ended, np.nan),
+            np.where(n_ended > 0, np.log1p(f("gpu_hours") / n_ended), np.nan),
+            mean_ratio,
+            f("last_ratio"),
+            np.where(n_ended > 0, np.log1p(np.maximum(submit - f("last_end_ts"), 0.0) / 3600.0), np.nan),
+            log_limit - _log(f("last_limit_s")),
+            log_limit + mean_ratio,
+            log_limit + f("last_ratio"),
+            np.where(n_dur > 0, f("n_short") / n_dur, np.nan),
+            np.where(n_ratio > 0, f("n_at_limit") / n_ratio, np.nan),
+            np.where(f("n_peak") > 0, f("sum_log_peak") / f("n_peak"), np.nan),
+            f("last_log_peak"),
+            _log(f("last_peak_gpus")),
+            f("last_peak_log_tokens"),
+        ]
+    # (kinds, jobs, stats) -> (jobs, kinds x stats): kind-major columns, as ``_HISTORY`` lists them
+    return np.stack(stats, axis=-1).transpose(1, 0, 2).reshape(n, len(KEY_KINDS) * len(_HISTORY_STATS))
 
 
 @dataclass
