@@ -9,13 +9,15 @@
    schedule whether or not earlier ones returned; latency is measured from the scheduled time, so a
    stalled server cannot hide its queueing), for ``--duration`` seconds after a warm-up.
 4. Batches: ``--concurrency`` clients each sending batches of ``--batch-size`` jobs back to back for
-   ``--batch-duration`` seconds; jobs/s = jobs scored / elapsed.
+   ``--batch-duration`` seconds; jobs/s = jobs scored / elapsed. The clients connect 50 ms apart
+   (see ``closed_loop``), so their keep-alive connections spread over the workers.
 
 The load generator is a small asyncio HTTP/1.1 client on uvloop with keep-alive connections (one per
 request in flight) and bodies encoded before the clock starts, so its own cost per request stays far
 below the server's. It shares the machine's cores with the server: the figures are for both on the
 same host. Each phase reports the CPU seconds the server processes (uvicorn and its workers, from
-``/proc``) and the client used, per request, and the load average: on a shared host, the server's
+``/proc``) and the client used, per request, how busy each server process was (cores), and the load
+average: on a shared host, the server's
 CPU per request is the figure that does not depend on what else runs.
 
 Targets (issue 6, on 2 cores): single-job p99 < 20 ms at 200 requests/s; >= 20,000 jobs/s in batches.
@@ -150,39 +152,43 @@ def fill_queue(base: str, specs: list[dict], tracked: int) -> dict:
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) used so far by ``pid`` and its live descendants (Linux ``/proc``;
-    NaN elsewhere)."""
+def tree_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) used so far by ``pid`` and each of its live descendants, by process
+    (Linux ``/proc``; empty elsewhere)."""
+    stats = {}
     try:
-        stats = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        fields = f.read().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
+        entries = os.listdir("/proc")
     except OSError:
-        return float("nan")
-    total, todo = 0.0, [pid]
+        return {}
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
+    out, todo = {}, [pid]
     while todo:
         p = todo.pop()
         if p in stats:
-            total += stats[p][1]
+            out[p] = stats[p][1]
         todo.extend(child for child, (parent, _) in stats.items() if parent == p)
-    return total
+    return out
 
 
 def run_phase(server_pid: int, requests_of: str, coro) -> dict:  # noqa: ANN001 - a coroutine
     """Run a load phase; add the CPU the server and this client used (per request) and the load."""
     load = os.getloadavg()
-    server0, client0 = tree_cpu_s(server_pid), time.process_time()
+    server0, client0, t0 = tree_cpu_s(server_pid), time.process_time(), time.perf_counter()
     result = uvloop.run(coro) if uvloop is not None else asyncio.run(coro)
-    server_s, client_s = tree_cpu_s(server_pid) - server0, time.process_time() - client0
+    server1, client_s, wall = tree_cpu_s(server_pid), time.process_time() - client0, time.perf_counter() - t0
+    by_process = {p: server1[p] - server0.get(p, 0.0) for p in server1}
     n = max(result[requests_of] + result.pop("warmup_requests"), 1)
-    result["cpu"] = {"server_ms_per_request": round(1000 * server_s / n, 2),
+    result["cpu"] = {"server_ms_per_request": round(1000 * sum(by_process.values()) / n, 2),
                      "client_ms_per_request": round(1000 * client_s / n, 2),
+                     "server_cores_busy_by_process": sorted((round(v / wall, 2) for v in by_process.values()),
+                                                            reverse=True),
                      "load_avg_1m": [round(load[0], 2), round(os.getloadavg()[0], 2)]}
     return result
 
@@ -284,6 +290,10 @@ async def closed_loop(port: int, requests: list[bytes], batch_size: int, concurr
 
     async def client(k: int) -> None:
         nonlocal errors, warm
+        # Connect one client after another (50 ms apart, in the warm-up): uvicorn's workers share one
+        # listening socket, and connections opened all at once are all accepted by whichever worker
+        # wakes first, leaving the other idle; opened while a worker is busy, they reach the idle one.
+        await asyncio.sleep(k * 0.05)
         conn = await Connection.open(port)
         i = k
         while time.perf_counter() < stop_at:

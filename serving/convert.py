@@ -21,8 +21,8 @@ def job_columns(specs: Sequence[JobSpec], now: float) -> dict[str, np.ndarray]:
     """Canonical job records for the specs (typed as ``features.schema.conform`` types them), pending,
     submitted now unless given."""
     records = []
-    for spec in specs:
-        rec = spec.model_dump(exclude_none=True)
+    for spec in specs:  # flat models of plain values: their fields as they are, without model_dump's pass
+        rec = {k: v for k, v in spec.__dict__.items() if v is not None}
         rec.setdefault("submit_ts", now)
         rec["state"] = "PENDING"
         records.append(rec)
