@@ -239,17 +239,19 @@ class Engine:
 
     # ------------------------------------------------------------------ decide
     def plan(self, picture: QueuePicture, now: float, extra: Sequence[UsageCharge] = (), *,
-             policy: PolicyConfig | None = None) -> SchedulePlan:
+             policy: PolicyConfig | None = None, explain: bool = True) -> SchedulePlan:
         """Run the rules layer on ``picture`` at ``now`` (``extra``: runs ended but not yet charged;
-        ``policy``: decide under this policy instead of the one in force)."""
-        return decide(picture.snapshot(now, self.team_usage(now, picture, extra)), policy or self._policy)
+        ``policy``: decide under this policy instead of the one in force; ``explain``: see ``decide``)."""
+        return decide(picture.snapshot(now, self.team_usage(now, picture, extra)), policy or self._policy,
+                      explain=explain)
 
-    def score(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None) -> list[Scored]:
+    def score(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None,
+              explain: bool = True) -> list[Scored]:
         """See :meth:`score_with_model`; returns only the scored jobs."""
-        return self.score_with_model(jobs, now, columns=columns)[0]
+        return self.score_with_model(jobs, now, columns=columns, explain=explain)[0]
 
-    def score_with_model(self, jobs: pd.DataFrame, now: float, *,
-                         columns: Mapping[str, np.ndarray] | None = None) -> tuple[list[Scored], LoadedModel]:
+    def score_with_model(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None,
+                         explain: bool = True) -> tuple[list[Scored], LoadedModel]:
         """Predict and decide for ``jobs`` as if they were submitted at ``now``; changes nothing.
 
         Parameters
@@ -261,6 +263,10 @@ class Engine:
             Epoch seconds.
         columns : mapping, optional
             The same jobs as one array per column (``canonical_columns``), read instead of the table.
+        explain : bool, default True
+            Write the readable parts of each decision (``predictor.policy.decide``'s ``explain``): factor
+            details, warnings, the reason sentence. False: the same decisions, factor values and
+            weights, a terse reason, for less work.
 
         Returns
         -------
@@ -280,7 +286,7 @@ class Engine:
         vocab = picture.vocab.extended(table)
         candidates = pending_arrays(table, predicted, vocab, self.layout, now)
         trial = picture.with_candidates(candidates, vocab)
-        plan = self.plan(trial, now)
+        plan = self.plan(trial, now, explain=explain)
         rows = np.arange(len(trial.pending) - len(candidates), len(trial.pending))
         decisions = decisions_for_rows(plan, rows, trial.pending.job_id)
         predictions = predictions_from_columns(predicted)

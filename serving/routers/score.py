@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, HTTPException, status
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import Response
 
 from predictor.queue_picture import frame_of
@@ -18,7 +20,12 @@ router = APIRouter(prefix="/v1", tags=["score"])
 
 @router.post("/score", response_model=ScoreResponse, summary="Score one job or a batch (no state change)",
              responses={422: {"description": "invalid job fields (each error names its field)"}})
-async def score(body: ScoreRequest, service: ServiceDep, principal: PrincipalDep) -> Response:
+async def score(body: ScoreRequest, service: ServiceDep, principal: PrincipalDep,
+                explain: Annotated[bool, Query(description=(
+                    "false: the same predictions and decisions (action, priority, factor values and weights, "
+                    "placement, reservation), without the readable parts: factor details and warnings are "
+                    "empty and the reason is terse. Less work per job (about a third of the rules layer's "
+                    "time for a batch)."))] = True) -> Response:
     """Predict duration, peak memory and placement slowdown, and decide priority, flavor, placement or
     reservation for each job as if it were submitted now. A batch is decided together. Nothing is
     stored; ``model.fallback`` says whether the analytic fallback answered."""
@@ -29,7 +36,7 @@ async def score(body: ScoreRequest, service: ServiceDep, principal: PrincipalDep
             "msg": f"at most {service.settings.max_batch} jobs per request (PREDICTOR_MAX_BATCH)"}])
     now = time.time()
     columns = job_columns(specs, now)
-    scored, model = service.engine.score_with_model(frame_of(columns), now, columns=columns)
+    scored, model = service.engine.score_with_model(frame_of(columns), now, columns=columns, explain=explain)
     service.metrics.count_decisions(((s.decision.tier, s.decision.action) for s in scored), source="score")
     fallbacks = sum(s.prediction.fallback for s in scored)
     if fallbacks:

@@ -107,3 +107,29 @@ def test_bodies_over_the_limit_are_a_413(client: TestClient) -> None:
 
     r = client.post("/v1/score", content=chunks(), headers={**auth("scheduler"), "Content-Type": "application/json"})
     assert r.status_code == 413
+
+
+def test_explain_false_gives_the_same_decisions_without_the_text(client: TestClient) -> None:
+    jobs = [{**JOB, "job_id": f"e{i}", "num_gpus": 16, "deadline_ts": 2e9} for i in range(6)]
+    full_body = client.post("/v1/score", json={"jobs": jobs}, headers=auth("scheduler")).json()
+    terse_body = client.post("/v1/score?explain=false", json={"jobs": jobs}, headers=auth("scheduler")).json()
+    full, terse = full_body["results"], terse_body["results"]
+    shift = terse_body["scored_at"] - full_body["scored_at"]  # two requests: times move with "now"
+    assert [r["job_id"] for r in terse] == [j["job_id"] for j in jobs]
+    for a, b in zip(full, terse, strict=True):
+        assert a["prediction"] == b["prediction"]
+        da, db = a["decision"], b["decision"]
+        for key in ("action", "priority", "kueue_priority", "flavor", "placement", "eviction",
+                    "time_limit_s", "sla_at_risk", "num_gpus", "tier"):
+            assert da[key] == db[key], key
+        assert (da["reservation"] is None) == (db["reservation"] is None)
+        if da["reservation"] is not None:
+            assert da["reservation"]["placement"] == db["reservation"]["placement"]
+            for t in ("start_ts", "expires_ts", "predicted_end_ts"):
+                assert db["reservation"][t] - da["reservation"][t] == pytest.approx(shift, abs=1e-3)
+        assert [(f["name"], f["value"], f["weight"]) for f in da["factors"]] == \
+               [(f["name"], f["value"], f["weight"]) for f in db["factors"]]
+        assert all(f["detail"] for f in da["factors"]) and not any(f["detail"] for f in db["factors"])
+        assert db["reason"] and len(db["reason"]) < len(da["reason"]) and db["warnings"] == []
+    r = client.post("/v1/score?explain=maybe", json=JOB, headers=auth("scheduler"))
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "explain"]
