@@ -20,8 +20,8 @@ Sections (``--sections``, comma-separated; all by default):
     without preemption as in the PAI simulator, on 20,000 PAI-shaped jobs on one 6,500-GPU node;
     compared with ``../shared/data/stats/pai_simulator_result_0228.log``.
 ``speed``
-    Wall time and events/s of a 100,000-job replay on 1,000 GPUs per policy (target < 60 s on one
-    core), and of a 1,000,000-job replay (target < 15 min) for the policies named in
+    Wall time and events/s of a 100,000-job replay (``--speed-jobs``) on 1,000 GPUs per policy
+    (target < 60 s on one core; the load average before and after each replay is printed with it), and of a 1,000,000-job replay (target < 15 min) for the policies named in
     ``--million-policies`` (none by default: at the rates measured it takes hours).
 
 Each workload section replays every policy of the issue (``fifo sjf-oracle qssf las kueue ours
@@ -195,7 +195,7 @@ def section_pai(quick: bool) -> dict:
     return out
 
 
-def section_speed(policies: list[str], million_policies: list[str], quick: bool) -> dict:
+def section_speed(policies: list[str], million_policies: list[str], quick: bool, n_jobs: int = 100_000) -> dict:
     """Replay wall time per policy for ~100,000 (and ~1,000,000) replayed jobs on 1,000 GPUs.
 
     The synthetic history has n / 0.7 jobs so that, after the 30 % training prefix, n are replayed;
@@ -204,10 +204,10 @@ def section_speed(policies: list[str], million_policies: list[str], quick: bool)
     from features.synth import generate
 
     out: dict = {}
-    for n, gpus, names, label in ((100_000, 1000, policies, "100k_jobs_1000_gpus"),
-                                  (1_000_000, 1000, million_policies, "1m_jobs_1000_gpus")):
+    for n, gpus, names in ((n_jobs, 1000, policies), (1_000_000, 1000, million_policies)):
         if quick:
             n //= 10
+        label = f"{n}_jobs_{gpus}_gpus"
         if not names:
             continue
         _log(f"speed: generating {int(n / 0.7):,} jobs")
@@ -215,7 +215,7 @@ def section_speed(policies: list[str], million_policies: list[str], quick: bool)
         cfg = ExperimentConfig(train_fraction=0.3, sim=SimConfig())
         res = {}
         for name in names:
-            t0 = time.perf_counter()
+            t0, load0 = time.perf_counter(), os.getloadavg()[0]
             records, _ = run_experiment(jobs, homogeneous_inventory(gpus), [name], cfg,
                                         on_phase=lambda m, label=label: _log(f"speed {label}: {m}"))
             rec = records[0]
@@ -223,7 +223,9 @@ def section_speed(policies: list[str], million_policies: list[str], quick: bool)
             res[name] = {"jobs_replayed": len(rec.jobs), "replay_wall_s": rec.wall_s,
                          "prediction_wall_s": total - rec.wall_s, "events": rec.events,
                          "events_per_s": rec.events / rec.wall_s, "decide_calls": rec.decide_calls,
-                         "decide_s": rec.decide_s, "target_s": 60.0 if n <= 100_000 else 900.0}
+                         "decide_s": rec.decide_s, "target_s": 60.0 if n <= 100_000 else 900.0,
+                         "load_average_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
+                         "cpus": os.cpu_count()}
             _log(f"speed {label} {name}: {res[name]}")
         out[label] = res
     return out
@@ -234,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sections", default="philly,openb,synthetic,pai,speed")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--speed-policies", default=",".join(POLICIES))
+    ap.add_argument("--speed-jobs", type=int, default=100_000,
+                    help="jobs replayed per policy in the speed section (after the 30 %% prefix)")
     ap.add_argument("--million-policies", default="",
                     help="policies to replay 1,000,000 jobs with (opt-in: hours at the measured rates)")
     ap.add_argument("--synthetic-jobs", type=int, default=20_000)
@@ -259,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         doc["pai_validation"] = section_pai(args.quick)
     if "speed" in sections:
         doc["speed"] = section_speed([p for p in args.speed_policies.split(",") if p],
-                                     [p for p in args.million_policies.split(",") if p], args.quick)
+                                     [p for p in args.million_policies.split(",") if p], args.quick,
+                                     args.speed_jobs)
     print(json.dumps(doc, indent=2, default=lambda o: None if isinstance(o, float) and not np.isfinite(o) else str(o)))
     return 0
 

@@ -132,6 +132,7 @@ class Replay:
         self.row_of: dict[str, int] = {str(j): i for i, j in enumerate(jobs.job_ids)}
         self.pending: dict[int, None] = {}  # insertion-ordered set of queued rows
         self._pending_rows: np.ndarray | None = None  # self.pending as an array, None when stale
+        self._shapes: dict[tuple[int, int], int] = {}  # (gpu_milli, num_gpus) -> queued jobs of that shape
         self.running: dict[int, RunningJob] = {}
         self.reservations: dict[int, Reservation] = {}
         self.arrivals_left = len(jobs)
@@ -231,13 +232,17 @@ class Replay:
         return plan
 
     def _nothing_can_start(self, pending: np.ndarray) -> bool:
-        """True when the plan provably could not start or evict anything: the policy never preempts
-        and no queued job has enough GPUs with its share free (anywhere, whatever the placement
-        rules). Such a plan could only reserve, wait or reject; the next event that frees GPUs asks
-        again. ``tests/predictor/sim/test_replay_equivalence.py`` replays with and without this skip."""
-        if self.rules.may_preempt:
+        """True when the plan provably could not start or evict anything: nothing may be evicted
+        (the policy never preempts, or no job is running) and no queued job has enough GPUs with its
+        share free (anywhere, whatever the placement rules). Such a plan could only reserve, wait or
+        reject; the next event that frees GPUs asks again.
+        ``tests/predictor/sim/test_replay_equivalence.py`` replays with and without this skip."""
+        if self.rules.may_preempt and self.running:
             return False
-        return not self.cluster.could_fit(self.jobs.num_gpus[pending], self.jobs.gpu_milli[pending])
+        shapes = self._shapes  # the distinct shapes queued (a handful) stand for every queued job
+        milli = np.fromiter((m for m, _ in shapes), dtype=np.int64, count=len(shapes))
+        count = np.fromiter((n for _, n in shapes), dtype=np.int64, count=len(shapes))
+        return not self.cluster.could_fit(count, milli)
 
     def _pending_array(self) -> np.ndarray:
         rows = self._pending_rows
@@ -250,10 +255,18 @@ class Replay:
     def _queue(self, j: int) -> None:
         self.pending[j] = None
         self._pending_rows = None
+        shape = (int(self.jobs.gpu_milli[j]), int(self.jobs.num_gpus[j]))
+        self._shapes[shape] = self._shapes.get(shape, 0) + 1
 
     def _unqueue(self, j: int) -> None:
         del self.pending[j]
         self._pending_rows = None
+        shape = (int(self.jobs.gpu_milli[j]), int(self.jobs.num_gpus[j]))
+        left = self._shapes[shape] - 1
+        if left:
+            self._shapes[shape] = left
+        else:
+            del self._shapes[shape]
 
     def _place(self, plan: PlanLike, now: float) -> None:
         for d in plan.decisions:

@@ -87,3 +87,22 @@ def test_memory_of_placed_gpus_is_the_smallest():
     c = ClusterState(inv)
     assert c.memory_of(np.array([1, 2])) == 16_384
     assert c.memory_of(np.array([3])) == 81_920
+
+
+def test_could_fit_counts_gpus_with_the_share_free_and_csr_is_cached_until_a_change():
+    c = ClusterState(homogeneous_inventory(16))
+    c.allocate(c.gpus_for(on("node-0000", 8), 1000), 1000, job=0)
+    c.allocate(c.gpus_for(on("node-0001", 7), 500), 500, job=1)  # node-0001: 7 GPUs half free, 1 whole
+    assert not c.could_fit(np.array([2]), np.array([1000]))  # one whole GPU free
+    assert c.could_fit(np.array([1]), np.array([1000]))
+    assert c.could_fit(np.array([8]), np.array([500]))  # 7 halves + the whole one
+    assert not c.could_fit(np.array([9, 2]), np.array([500, 1000]))
+    assert c.could_fit(np.array([9, 8]), np.array([500, 400]))
+    assert not c.could_fit(np.array([], dtype=np.int64), np.array([], dtype=np.int64))
+    first = c.allocations()
+    assert c.allocations() is first  # nothing changed: the same arrays
+    assert not first[0].flags.writeable
+    slots = np.flatnonzero(c.slot_job == 1)
+    c.release(c.slot_gpu[slots], 500, slots)
+    jobs, _, _ = c.allocations()
+    assert jobs.tolist() == [0]
