@@ -228,9 +228,9 @@ class Connection:
         return status
 
 
-def request_bytes(body: dict, port: int) -> bytes:
+def request_bytes(body: dict, port: int, path: str = "/v1/score") -> bytes:
     data = json.dumps(body, separators=(",", ":")).encode()
-    return (f"POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
 
 
@@ -326,6 +326,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--batch-size", type=int, default=100)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--batch-duration", type=float, default=15.0)
+    ap.add_argument("--terse-batches", action=argparse.BooleanOptionalAction, default=True,
+                    help="also measure batches with ?explain=false (no factor details, warnings, reason sentence)")
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--tracked", type=int, default=30, help="jobs in the tracked queue (two thirds running)")
     ap.add_argument("--history-jobs", type=int, default=3000, help="synthetic jobs to train on")
@@ -351,9 +353,10 @@ def main(argv: list[str] | None = None) -> dict:
                 ready = wait_ready(base, proc, model)
             tracked = fill_queue(base, specs[1000:], args.tracked)
             singles = [request_bytes(s, port) for s in specs[:1000]]
-            batches = [request_bytes({"jobs": [{**s, "job_id": f"b{k}-{j}"} for j, s in
-                                               enumerate(specs[(k * args.batch_size) % 1000:][:args.batch_size])]},
-                                     port) for k in range(20)]
+            batch_bodies = [{"jobs": [{**s, "job_id": f"b{k}-{j}"} for j, s in
+                                      enumerate(specs[(k * args.batch_size) % 1000:][:args.batch_size])]}
+                            for k in range(20)]
+            batches = [request_bytes(b, port) for b in batch_bodies]
             with console.status(f"single jobs at {args.rate:.0f} requests/s for {args.duration:.0f} s"):
                 single = run_phase(proc.pid, "requests", open_loop(port, singles, args.rate, args.duration, args.warmup))
             lower = []
@@ -364,6 +367,12 @@ def main(argv: list[str] | None = None) -> dict:
             with console.status(f"batches of {args.batch_size} for {args.batch_duration:.0f} s"):
                 batch = run_phase(proc.pid, "batches", closed_loop(port, batches, args.batch_size, args.concurrency,
                                                                    args.batch_duration, args.warmup))
+            terse = None
+            if args.terse_batches:
+                with console.status(f"batches of {args.batch_size}, explain=false, for {args.batch_duration:.0f} s"):
+                    terse = run_phase(proc.pid, "batches", closed_loop(
+                        port, [request_bytes(b, port, "/v1/score?explain=false") for b in batch_bodies],
+                        args.batch_size, args.concurrency, args.batch_duration, args.warmup))
         finally:
             proc.terminate()
             proc.wait(30)
@@ -378,6 +387,7 @@ def main(argv: list[str] | None = None) -> dict:
         "single": single,
         "single_at_lower_rates": lower,
         "batch": batch,
+        "batch_explain_false": terse,
         "targets": {"single_p99_ms": 20.0, "batch_jobs_per_s": 20000.0},
         "met": {"single_p99": single["p99_ms"] < 20.0 and single["errors"] == 0,
                 "batch_jobs_per_s": batch["jobs_per_s"] >= 20000.0 and batch["errors"] == 0},
