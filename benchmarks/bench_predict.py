@@ -14,8 +14,9 @@ Sections of the printed JSON (each an ``evaluate`` report, ``models.evaluate``):
   evaluated leave-one-model-out (each model's runs are corrected by what the other models taught;
   41 runs are too few for boosters, so the correction is the estimator's constant one).
 * ``synthetic`` (``features.synth``, all three targets): 100,000 jobs by default, same 70/30 split.
-  ``scoring``: ``predict_frame`` latency for one job and for batches of 100 (history from the
-  bundle's store, one process, LightGBM on one thread).
+  ``scoring``: latency for one job and for batches of 100 (history from the bundle's store, one
+  process, LightGBM on one thread) of ``predict_frame``, of ``predict_columns`` (the service's path)
+  and of the LightGBM boosters alone.
 * ``scale``: ``fit_bundle`` on a 1,000,000-job synthetic table in a child process, default settings
   (LightGBM on one thread, see ``models.lgbm``): wall seconds, CPU seconds, peak RSS
   (``ru_maxrss``, whole process, including the loaded table).
@@ -185,20 +186,65 @@ def carma_section(folder: Path) -> dict:
     }}
 
 
-def scoring_section(bundle, jobs: pd.DataFrame, repeats: int = 200) -> dict:
-    """``predict_frame`` latency with the bundle's history store: one job, and batches of 100."""
+def _typed_columns(jobs: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The jobs as the service hands them to ``predict_columns`` (float64 with NaN, object strings with None)."""
+    from features.history import numeric_column, object_column
+    from features.schema import FLOAT_COLUMNS, STRING_COLUMNS
+
+    cols = {c: numeric_column(jobs, c) for c in FLOAT_COLUMNS}
+    cols.update({c: object_column(jobs, c) for c in STRING_COLUMNS})
+    return cols
+
+
+def _booster_inputs(bundle, batch: pd.DataFrame) -> list[tuple[object, np.ndarray]]:  # noqa: ANN001
+    """Every LightGBM booster of the bundle with the matrix it predicts on for ``batch``."""
+    from features.history import JobColumns
+    from models.memory import memory_design
+    from models.memory_analytic import analytic_memory
+    from models.topology import topology_design
+
+    cols = JobColumns(batch)
+    X = bundle.builder.transform_array(cols, bundle.history.state_for(cols))
+    parts = analytic_memory(cols, bundle.gpu_memory_mib)
+    cap = np.array([bundle.gpu_memory_mib.get(t, np.nan) if isinstance(t, str) else np.nan
+                    for t in cols.obj("gpu_type")], dtype=float)
+    Z = memory_design(X, parts, cap)
+    pairs = [(b, X) for b in bundle.duration.boosters_]
+    pairs += [(b, Z) for b in (bundle.memory.median_booster_, bundle.memory.upper_booster_) if b is not None]
+    if bundle.topology.booster_ is not None:
+        pairs.append((bundle.topology.booster_, topology_design(cols)))
+    return pairs
+
+
+def scoring_section(bundle, jobs: pd.DataFrame, repeats: int = 200) -> dict:  # noqa: ANN001
+    """Latency with the bundle's history store, one job and batches of 100: ``predict_frame`` (a table
+    in, a table out), ``predict_columns`` (the service's path: typed arrays in and out), and the
+    LightGBM boosters alone (their ``predict`` on one thread, the floor of either path)."""
+    from models.lgbm import predict_booster
+
     out = {}
     for size in (1, 100):
         batches = [jobs.iloc[i * size % (len(jobs) - size):][:size] for i in range(repeats)]
-        bundle.predict_frame(batches[0])
-        times = []
-        for batch in batches:
-            started = time.perf_counter()
-            bundle.predict_frame(batch)
-            times.append(time.perf_counter() - started)
-        ms = np.array(times) * 1000.0
-        out[f"batch_{size}"] = {"median_ms": float(np.median(ms)), "p99_ms": float(np.quantile(ms, 0.99)),
-                                "jobs_per_s": float(size / np.median(ms) * 1000.0)}
+        columns = [_typed_columns(b) for b in batches]
+        inputs = [_booster_inputs(bundle, b) for b in batches[: max(1, repeats // 4)]]
+        calls = {
+            "predict_frame": lambda i: bundle.predict_frame(batches[i]),
+            "predict_columns": lambda i: bundle.predict_columns(batches[i], columns=columns[i]),
+            "boosters_only": lambda i: [predict_booster(b, m) for b, m in inputs[i % len(inputs)]],
+        }
+        result = {}
+        for name, call in calls.items():
+            call(0)
+            times = []
+            for i in range(repeats):
+                started = time.perf_counter()
+                call(i)
+                times.append(time.perf_counter() - started)
+            ms = np.array(times) * 1000.0
+            result[name] = {"median_ms": float(np.median(ms)), "p99_ms": float(np.quantile(ms, 0.99)),
+                            "jobs_per_s": float(size / np.median(ms) * 1000.0)}
+        result["boosters"] = len(inputs[0])
+        out[f"batch_{size}"] = result
     return out
 
 
