@@ -314,6 +314,58 @@ async def closed_loop(port: int, requests: list[bytes], batch_size: int, concurr
             "warmup_requests": warm}
 
 
+# ---------------------------------------------------------------------------------------------- stages
+def stage_breakdown(workdir: Path, tracking: str, singles: list[dict], batch_bodies: list[dict],
+                    repeats: int) -> dict:
+    """CPU milliseconds (``time.process_time``) per request in each stage of ``POST /v1/score``, in this
+    process, on the server's store (same tracked queue) and registered model; HTTP excluded."""
+    from pydantic import TypeAdapter
+
+    from predictor.config import Settings, TokenSpec
+    from predictor.queue_picture import frame_of
+    from serving.convert import job_columns, score_response
+    from serving.schemas.jobs import JobSpec
+    from serving.schemas.score import ScoreRequest
+    from serving.service import build_service
+
+    settings = Settings(database_url=f"sqlite:///{workdir / 'state.db'}", mlflow_tracking_uri=tracking,
+                        tokens=[TokenSpec(name="bench", role="admin", token=TOKEN)], migrate_on_start=False)
+    service = build_service(settings)
+    service.engine.model.check_once()  # load the champion now, in this thread
+    engine, parse = service.engine, TypeAdapter(ScoreRequest).validate_json
+    out = {"model": engine.model.current.version}
+    for name, bodies in (("single", [json.dumps(b).encode() for b in singles]),
+                         ("batch", [json.dumps(b).encode() for b in batch_bodies])):
+        spent = dict.fromkeys(("validate", "columns", "predict", "decide", "response"), 0.0)
+        n = 0
+        for rep in range(repeats + 1):
+            for body in bodies:
+                t0 = time.process_time()
+                req = parse(body)
+                specs = [req] if isinstance(req, JobSpec) else req.jobs
+                t1 = time.process_time()
+                now = time.time()
+                columns = job_columns(specs, now)
+                frame = frame_of(columns)
+                t2 = time.process_time()
+                engine.predict_columns(frame, now, columns=columns)
+                t3 = time.process_time()
+                scored, model = engine.score_with_model(frame, now, columns=columns)  # predicts again
+                t4 = time.process_time()
+                score_response(scored, model, now)
+                t5 = time.process_time()
+                if rep == 0:
+                    continue  # warm-up
+                n += 1
+                for key, value in (("validate", t1 - t0), ("columns", t2 - t1), ("predict", t3 - t2),
+                                   ("decide", (t4 - t3) - (t3 - t2)), ("response", t5 - t4)):
+                    spent[key] += value
+        out[name] = {k: round(1000 * v / n, 3) for k, v in spent.items()}
+        out[name]["total"] = round(sum(out[name].values()), 3)
+    service.db.dispose()
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -331,6 +383,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--tracked", type=int, default=30, help="jobs in the tracked queue (two thirds running)")
     ap.add_argument("--history-jobs", type=int, default=3000, help="synthetic jobs to train on")
+    ap.add_argument("--stage-repeats", type=int, default=2,
+                    help="passes over 300 single jobs and 10 batches for the in-process stage breakdown (0: skip)")
     args = ap.parse_args(argv)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
@@ -376,6 +430,10 @@ def main(argv: list[str] | None = None) -> dict:
         finally:
             proc.terminate()
             proc.wait(30)
+        stages = None
+        if args.stage_repeats > 0:
+            with console.status("stage breakdown in this process"):
+                stages = stage_breakdown(workdir, tracking, specs[:300], batch_bodies[:10], args.stage_repeats)
     result = {
         "benchmark": "api",
         "command": "benchmarks/bench_api.py " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -388,6 +446,7 @@ def main(argv: list[str] | None = None) -> dict:
         "single_at_lower_rates": lower,
         "batch": batch,
         "batch_explain_false": terse,
+        "stages_cpu_ms_per_request": stages,
         "targets": {"single_p99_ms": 20.0, "batch_jobs_per_s": 20000.0},
         "met": {"single_p99": single["p99_ms"] < 20.0 and single["errors"] == 0,
                 "batch_jobs_per_s": batch["jobs_per_s"] >= 20000.0 and batch["errors"] == 0},
