@@ -74,6 +74,8 @@ class ClusterState:
         them without an eviction, whatever the placement rules (a physical count, not a choice)."""
         if len(num_gpus) == 0:
             return False
+        if (milli == WHOLE).all():  # whole-GPU jobs only: count the idle GPUs
+            return bool(int(num_gpus.min()) <= np.count_nonzero(self.free_milli == WHOLE))
         free = np.sort(self.free_milli)
         have = len(free) - np.searchsorted(free, milli, side="left")
         return bool((have >= num_gpus).any())
@@ -115,6 +117,8 @@ class ClusterState:
                     raise PlanError(f"placement wants {count} GPU(s) with {milli} milli free on {node}, {len(fits)} have it")
                 g = lo + fits[:count]
             chosen.append(g)
+        if len(chosen) == 1 and node not in explicit:
+            return chosen[0]  # distinct by construction (flatnonzero on one node)
         gpus = np.concatenate(chosen) if chosen else np.empty(0, dtype=np.int64)
         if len(np.unique(gpus)) != len(gpus):
             raise PlanError("placement names the same GPU twice")
