@@ -228,9 +228,10 @@ def scoring_section(bundle, jobs: pd.DataFrame, repeats: int = 200) -> dict:  # 
         columns = [_typed_columns(b) for b in batches]
         inputs = [_booster_inputs(bundle, b) for b in batches[: max(1, repeats // 4)]]
         calls = {
-            "predict_frame": lambda i: bundle.predict_frame(batches[i]),
-            "predict_columns": lambda i: bundle.predict_columns(batches[i], columns=columns[i]),
-            "boosters_only": lambda i: [predict_booster(b, m) for b, m in inputs[i % len(inputs)]],
+            "predict_frame": lambda i, batches=batches: bundle.predict_frame(batches[i]),
+            "predict_columns": lambda i, batches=batches, columns=columns: bundle.predict_columns(
+                batches[i], columns=columns[i]),
+            "boosters_only": lambda i, inputs=inputs: [predict_booster(b, m) for b, m in inputs[i % len(inputs)]],
         }
         result = {}
         for name, call in calls.items():
