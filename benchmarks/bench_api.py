@@ -7,7 +7,8 @@
    every decision is made against a busy cluster.
 3. Single jobs: ``POST /v1/score`` at a fixed offered rate (``--rate``, open loop: requests leave on
    schedule whether or not earlier ones returned; latency is measured from the scheduled time, so a
-   stalled server cannot hide its queueing), for ``--duration`` seconds after a warm-up.
+   stalled server cannot hide its queueing), for ``--duration`` seconds after a warm-up, over
+   ``--connections`` keep-alive connections used in turn (more are opened when all are busy).
 4. Batches: ``--concurrency`` clients each sending batches of ``--batch-size`` jobs back to back for
    ``--batch-duration`` seconds; jobs/s = jobs scored / elapsed. The clients connect 50 ms apart
    (see ``closed_loop``), so their keep-alive connections spread over the workers.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import socket
@@ -234,9 +236,17 @@ def request_bytes(body: dict, port: int, path: str = "/v1/score") -> bytes:
             f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
 
 
-async def open_loop(port: int, requests: list[bytes], rate: float, duration_s: float, warmup_s: float) -> dict:
-    """Send ``rate`` requests/s on schedule; latency from each request's scheduled time to its answer."""
-    idle: list[Connection] = []
+async def open_loop(port: int, requests: list[bytes], rate: float, duration_s: float, warmup_s: float,
+                    pool: int = 8) -> dict:
+    """Send ``rate`` requests/s on schedule; latency from each request's scheduled time to its answer.
+
+    ``pool`` keep-alive connections are opened first and requests take the one idle longest (FIFO),
+    as requests from that many independent clients would; a new connection is opened only when none is
+    idle. (Taking the most recently used one instead funnels nearly every request into one connection,
+    hence one uvicorn worker, since workers balance connections, not requests.)
+    """
+    idle: collections.deque[Connection] = collections.deque(
+        [await Connection.open(port) for _ in range(pool)])
     latencies: list[float] = []
     statuses: list[int] = []
     total = int((warmup_s + duration_s) * rate)
@@ -244,9 +254,9 @@ async def open_loop(port: int, requests: list[bytes], rate: float, duration_s: f
     start = time.perf_counter() + 0.2
 
     async def one(i: int, due: float) -> None:
-        while idle and idle[-1].stale():
-            idle.pop().close()
-        conn = idle.pop() if idle else await Connection.open(port)
+        while idle and idle[0].stale():
+            idle.popleft().close()
+        conn = idle.popleft() if idle else await Connection.open(port)
         try:
             status = await conn.post(requests[i % len(requests)])
         except (OSError, asyncio.IncompleteReadError):
@@ -375,6 +385,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--also-rates", default="50", help="comma-separated lower rates also measured (open loop), "
                     "to show what this machine sustains; empty for none")
     ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--connections", type=int, default=8,
+                    help="keep-alive connections the single-job phases open first and use in turn")
     ap.add_argument("--batch-size", type=int, default=100)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--batch-duration", type=float, default=15.0)
@@ -412,12 +424,14 @@ def main(argv: list[str] | None = None) -> dict:
                             for k in range(20)]
             batches = [request_bytes(b, port) for b in batch_bodies]
             with console.status(f"single jobs at {args.rate:.0f} requests/s for {args.duration:.0f} s"):
-                single = run_phase(proc.pid, "requests", open_loop(port, singles, args.rate, args.duration, args.warmup))
+                single = run_phase(proc.pid, "requests", open_loop(port, singles, args.rate, args.duration, args.warmup,
+                                                                          args.connections))
             lower = []
             for rate in [float(r) for r in args.also_rates.split(",") if r.strip()]:
                 with console.status(f"single jobs at {rate:.0f} requests/s for {args.duration:.0f} s"):
                     lower.append(run_phase(proc.pid, "requests",
-                                           open_loop(port, singles, rate, args.duration, args.warmup)))
+                                           open_loop(port, singles, rate, args.duration, args.warmup,
+                                                     args.connections)))
             with console.status(f"batches of {args.batch_size} for {args.batch_duration:.0f} s"):
                 batch = run_phase(proc.pid, "batches", closed_loop(port, batches, args.batch_size, args.concurrency,
                                                                    args.batch_duration, args.warmup))
