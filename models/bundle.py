@@ -2,9 +2,10 @@
 
 ``JobPredictorBundle.predict_frame(jobs, history, now)`` returns one row per job with exactly
 ``models.prediction.PREDICTION_COLUMNS``, in input order; ``predict_columns`` returns the same as one
-numpy array per column (the serving path: no DataFrame built or read back per request). Serving, batch scoring, evaluation and the
-replay simulator all call it (or ``predict_with_state`` with a point-in-time history state), so
-there is one prediction path. ``fit_bundle`` (``models.fit``) builds one without MLflow.
+numpy array per column (the serving path: no DataFrame built or read back per request). Serving,
+batch scoring, evaluation and the replay simulator all call them (or ``predict_with_state`` with a
+point-in-time history state), so there is one prediction path. ``fit_bundle`` (``models.fit``)
+builds one without MLflow.
 
 Conventions
     * Duration quantiles are for the job on its *best* placement; multiply by the slowdown column of
@@ -32,7 +33,7 @@ from models.prediction import PREDICTION_COLUMNS, SLOWDOWN_COLUMNS
 from models.topology import TopologyEstimator
 
 __all__ = ["JobPredictorBundle", "prepare_jobs", "job_view", "placement_slowdown", "assemble_columns", "assemble_frame",
-           "duration_offset"]
+           "columns_frame", "duration_offset"]
 
 _CLASS_INDEX = {c: i for i, c in enumerate(PLACEMENT_CLASSES)}
 
