@@ -195,7 +195,19 @@ def section_pai(quick: bool) -> dict:
     return out
 
 
-def section_speed(policies: list[str], million_policies: list[str], quick: bool, n_jobs: int = 100_000) -> dict:
+def _with_depth(depth: int | None):
+    """``adjust_policy`` setting ``queueing.scheduling_depth`` (None: the presets as shipped)."""
+    if depth is None:
+        return None
+
+    def adjust(policy):
+        return policy.model_copy(update={"queueing": policy.queueing.model_copy(update={"scheduling_depth": depth})})
+
+    return adjust
+
+
+def section_speed(policies: list[str], million_policies: list[str], quick: bool, n_jobs: int = 100_000,
+                  scheduling_depth: int | None = None) -> dict:
     """Replay wall time per policy for ~100,000 (and ~1,000,000) replayed jobs on 1,000 GPUs.
 
     The synthetic history has n / 0.7 jobs so that, after the 30 % training prefix, n are replayed;
@@ -217,7 +229,8 @@ def section_speed(policies: list[str], million_policies: list[str], quick: bool,
         for name in names:
             t0, load0 = time.perf_counter(), os.getloadavg()[0]
             records, _ = run_experiment(jobs, homogeneous_inventory(gpus), [name], cfg,
-                                        on_phase=lambda m, label=label: _log(f"speed {label}: {m}"))
+                                        on_phase=lambda m, label=label: _log(f"speed {label}: {m}"),
+                                        adjust_policy=_with_depth(scheduling_depth))
             rec = records[0]
             total = time.perf_counter() - t0
             res[name] = {"jobs_replayed": len(rec.jobs), "replay_wall_s": rec.wall_s,
@@ -225,7 +238,7 @@ def section_speed(policies: list[str], million_policies: list[str], quick: bool,
                          "events_per_s": rec.events / rec.wall_s, "decide_calls": rec.decide_calls,
                          "decide_s": rec.decide_s, "target_s": 60.0 if n <= 100_000 else 900.0,
                          "load_average_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
-                         "cpus": os.cpu_count()}
+                         "cpus": os.cpu_count(), "scheduling_depth": scheduling_depth}
             _log(f"speed {label} {name}: {res[name]}")
         out[label] = res
     return out
@@ -238,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speed-policies", default=",".join(POLICIES))
     ap.add_argument("--speed-jobs", type=int, default=100_000,
                     help="jobs replayed per policy in the speed section (after the 30 %% prefix)")
+    ap.add_argument("--scheduling-depth", type=int, default=None,
+                    help="speed section: replay with queueing.scheduling_depth set to this (changes decisions)")
     ap.add_argument("--million-policies", default="",
                     help="policies to replay 1,000,000 jobs with (opt-in: hours at the measured rates)")
     ap.add_argument("--synthetic-jobs", type=int, default=20_000)
@@ -264,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     if "speed" in sections:
         doc["speed"] = section_speed([p for p in args.speed_policies.split(",") if p],
                                      [p for p in args.million_policies.split(",") if p], args.quick,
-                                     args.speed_jobs)
+                                     args.speed_jobs, args.scheduling_depth)
     print(json.dumps(doc, indent=2, default=lambda o: None if isinstance(o, float) and not np.isfinite(o) else str(o)))
     return 0
 

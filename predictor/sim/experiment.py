@@ -24,6 +24,7 @@ import pandas as pd
 
 from features.errors import InputError
 from predictor.capacity.inventory import Inventory
+from predictor.policy.config import PolicyConfig
 from predictor.sim.metrics import MetricsConfig
 from predictor.sim.predictions import NoPredictions, OraclePredictions, PredictionSource, PredictionTable
 from predictor.sim.record import ReplayRecord
@@ -113,7 +114,9 @@ def _source(kind: str, split: Split, config: ExperimentConfig, say: Callable[[st
 
 def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[str],
                    config: ExperimentConfig | None = None, *, policy_file: str | None = None,
-                   on_phase: Callable[[str], None] | None = None) -> tuple[list[ReplayRecord], dict]:
+                   on_phase: Callable[[str], None] | None = None,
+                   adjust_policy: Callable[[PolicyConfig], PolicyConfig] | None = None,
+                   ) -> tuple[list[ReplayRecord], dict]:
     """Replay ``jobs`` on ``inventory`` under each named policy.
 
     Parameters
@@ -129,6 +132,9 @@ def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[
         A policy YAML whose tiers, teams and weights the presets are laid over (``--policy-file``).
     on_phase : callable, optional
         Called with a short description of each phase (the CLI prints it).
+    adjust_policy : callable, optional
+        Applied to every loaded policy before its replay (a benchmark varying one setting, e.g.
+        ``queueing.scheduling_depth``, across every preset).
 
     Returns
     -------
@@ -156,6 +162,8 @@ def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[
             predictions[spec.predictions] = source.predict(table, inventory)
             fits.extend(getattr(source, "fits", []))
         policy = load_policy(spec.preset if path is None else path, base_file=policy_file)
+        if adjust_policy is not None:
+            policy = adjust_policy(policy)
         say(f"replaying {len(table):,} jobs under {spec.name}")
         rules = PolicyRules(spec.name, policy, table, inventory, predictions[spec.predictions])
         records.append(replay(table, inventory, rules, predictions[spec.predictions], cfg.sim))
