@@ -9,6 +9,10 @@ runs), and writing a Decision for every pending job (``plan.queue()``).
 Scenario "replay-sized": the per-cycle cost a replay pays, on a 1,000-GPU cluster 97% busy with
 200 pending and ~300 running jobs, for each preset, with ``explain=False`` (what a replay passes).
 
+Scenario "deep queue": the same replay-sized cluster with 5,000 pending jobs (an overloaded
+replay's queue), ``ours`` with its default scheduling depth (``queueing.scheduling_depth``) and
+without a depth limit, ``explain=False``.
+
 Prints one JSON document. Run: ``.venv/bin/python benchmarks/bench_policy.py [--quick]``.
 """
 
@@ -25,7 +29,7 @@ import numpy as np
 from features.schema import PLACEMENT_CLASSES
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.capacity.layout import ClusterLayout
-from predictor.policy.presets import load_policy, preset_names
+from predictor.policy.presets import load_policy, policy_from_mapping, preset_names
 from predictor.policy.scheduler import decide
 from predictor.policy.snapshot import ClusterSnapshot, PendingJobs, RunningJobs
 
@@ -114,12 +118,24 @@ def main() -> None:
         replay_sized[name] = {"wall_ms": round(wall * 1e3, 3), "cpu_ms": round(cpu * 1e3, 3),
                               "started": d.stats["started"], "reserved": d.stats["reserved"],
                               "preempting": d.stats["preempting"]}
+    deep = {}
+    deep_snap = build_snapshot(np.random.default_rng(args.seed + 1), 125, 1000, 5000, busy=0.97)
+    unlimited = policy_from_mapping({**policy.model_dump(), "queueing": {**policy.queueing.model_dump(),
+                                                                        "scheduling_depth": None}})
+    for label, pol in ((f"depth {policy.queueing.scheduling_depth}", policy), ("no depth limit", unlimited)):
+        d = decide(deep_snap, pol, explain=False)
+        wall, cpu, _ = timed(lambda pol=pol: decide(deep_snap, pol, explain=False), 10 if not args.quick else 3)
+        deep[label] = {"wall_ms": round(wall * 1e3, 3), "cpu_ms": round(cpu * 1e3, 3),
+                       "tested": d.stats["considered"], "started": d.stats["started"],
+                       "reserved": d.stats["reserved"], "preempting": d.stats["preempting"]}
     print(json.dumps({
         "benchmark": "policy.decide",
         "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},
         "large_cycle": large,
         "replay_sized_cycle": {"gpus": small.layout.n_gpus, "pending": len(small.pending),
                                "running": len(small.running), "per_preset": replay_sized},
+        "deep_queue_cycle": {"gpus": deep_snap.layout.n_gpus, "pending": len(deep_snap.pending),
+                             "running": len(deep_snap.running), "ours": deep},
     }, indent=2))
 
 

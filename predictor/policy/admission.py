@@ -226,7 +226,9 @@ class Admission:
             if wait is None:  # the earliest start in any placement (cached between bookings)
                 wait = min((self.book.earliest_any(t, g) for t in types), default=math.inf) - self.now
             start_class = res[2].placement_class if res is not None else 0
-            if self._should_preempt(i, wait, d90 * slow[start_class]) and self._preempt(i, types, g, m, d90, slow):
+            # a deadline-triggered preemption is exempt from rule *preemption worth it* (wait = inf)
+            saved = wait if wait > self.pol.preemption.trigger_wait_s else math.inf
+            if self._should_preempt(i, wait, d90 * slow[start_class]) and self._preempt(i, types, g, m, d90, slow, saved):
                 return "preempted"
         if res is not None and self.reserve_left > 0:
             start, t, ch, note = res
@@ -338,7 +340,8 @@ class Admission:
         deadline = float(self.ctx.deadline[i])
         return bool(math.isfinite(deadline) and not self.ctx.at_risk[i] and self.now + wait_s + run_s > deadline)
 
-    def _preempt(self, i: int, types: list[int], g: int, m: int, d90: float, slow: np.ndarray) -> bool:
+    def _preempt(self, i: int, types: list[int], g: int, m: int, d90: float, slow: np.ndarray,
+                 wait_s: float = math.inf) -> bool:
         ctx, r, pc = self.ctx, self.ctx.snapshot.running, self.pol.preemption
         ran = self.now - r.start_ts
         cand = (self.run_prio < self.priority[i]) & ~self.evicted
@@ -357,11 +360,24 @@ class Admission:
             self.preempt_fail.setdefault(self._preempt_key(i, m), []).append(
                 (g, int(self.priority[i]), float(ends[-1])))
             return False
+        ratio = pc.max_loss_ratio
         for t in types:
+            if ratio is not None:
+                # cheap lower bound of rule *preemption worth it*: the victims hold at least the GPUs missing
+                missing = max(g - int(self.book.whole_free_by_type[t]), 1) if m >= MILLI else m / MILLI
+                if missing * (float(ends[0]) - self.now) > ratio * max(wait_s - pc.grace_s, 0.0) * g * m / MILLI:
+                    continue
             v = choose_victims(self.book, r, cand, self.lost_gpu_s, type_code=t, num_gpus=g, milli=m,
                                end_by_class=ends)
             if v is None:
                 continue
+            if ratio is not None:
+                # rule *preemption worth it*: the victims lose their work since their checkpoints and then
+                # wait at least the preemptor's run out; that must not outweigh the wait it saves
+                run = float(ends[v.placement.placement_class]) - self.now
+                held = float((r.num_gpus[v.rows] * r.gpu_milli[v.rows]).sum()) / MILLI
+                if v.work_lost_gpu_s + held * run > ratio * max(wait_s - pc.grace_s, 0.0) * g * m / MILLI:
+                    continue
             c = v.placement.placement_class
             self._hand_over(v.rows, v.placement.gpus, m, float(ends[c]), self.now + pc.grace_s)
             self.evicted[v.rows] = True

@@ -116,7 +116,7 @@ class AgingConfig(_Section):
         "starvation_after_s) instead of starvation_after_s (null: starvation_after_s for every job)"))
     starvation_min_s: float = Field(3600.0, gt=0, description=(
         "lower clamp of the run-time-relative threshold (starvation_run_time_factor)"))
-    guard_depth: int | None = Field(None, ge=1, le=1_000_000, description=(
+    guard_depth: int | None = Field(1, ge=1, le=1_000_000, description=(
         "how many starving jobs enter the guard band at once, the earliest to start starving first; "
         "the others keep their normal priority until one of them leaves (null: all)"))
 
@@ -133,7 +133,7 @@ class QueueingConfig(_Section):
         "best_effort: a job that cannot start does not stop later ones (they may backfill); strict: "
         "it blocks every later job of its scope (Kueue StrictFIFO)"))
     scope: Literal["cluster", "queue"] = Field("queue", description="what a strict head blocks: its queue or all")
-    scheduling_depth: int | None = Field(None, ge=1, le=1_000_000, description=(
+    scheduling_depth: int | None = Field(128, ge=1, le=1_000_000, description=(
         "scheduling depth (like Slurm's bf_max_job_test / default_queue_depth): per cycle, at most this "
         "many jobs that cannot start in the GPUs free now are tested for a reservation or a preemption, "
         "highest priority first; the rest wait for a later cycle. A job that fits in the free GPUs is "
@@ -191,6 +191,10 @@ class PreemptionConfig(_Section):
     trigger_wait_s: float = Field(900.0, ge=0, description=(
         "preempt only when the job's reservation would make it wait longer than this, or miss its deadline"))
     max_preemptors_per_cycle: int = Field(4, ge=0, description="jobs that may preempt in one decide() cycle")
+    max_loss_ratio: float | None = Field(1.0, ge=0, description=(
+        "preempt only when what the victims lose - their work since their last checkpoints plus the "
+        "preemptor's predicted run, which they wait out at least (GPU-seconds) - is at most this times "
+        "the GPU-seconds of waiting the preemptor saves (its wait x its GPUs); null: no such limit"))
     assumed_checkpoint_interval_s: float | None = Field(None, gt=0, description=(
         "checkpoint interval assumed for running jobs that report neither a checkpoint nor an interval "
         "(null: such jobs lose everything since they started)"))
@@ -243,7 +247,7 @@ def _default_aliases() -> dict[str, str]:
 
 
 def _default_weights() -> dict[str, float]:
-    return {"tier": 3.0, "sla": 3.0, "age": 2.0, "fairshare": 1.5, "shortness": 3.0, "topology": 0.5}
+    return {"tier": 3.0, "sla": 3.0, "age": 2.0, "fairshare": 1.5, "shortness": 6.0, "topology": 0.5}
 
 
 class PolicyConfig(_Section):

@@ -22,7 +22,7 @@ its threshold ``T_j``: ``T_j = aging.starvation_after_s = T_max`` for every job,
 ``starvation_run_time_factor = k``, ``T_j = clamp(k x p90_j, starvation_min_s, T_max)`` (``p90_j``
 the predicted run time; ``T_max`` when unknown). Starving jobs are ranked by the time they started
 starving, ``e_j = submit_j + T_j`` (then submit time, then row); the first ``aging.guard_depth`` of
-them (all when null) form the *guard band*, ordered above every other job in that rank order. The
+them (all when null; jobs that can never run on this cluster are left out) form the *guard band*, ordered above every other job in that rank order. The
 others keep their normal priority until a band member leaves the queue. Hence a job in the band is
 ordered ahead of every job that starts starving after it, and a job reaches the band once fewer
 than ``guard_depth`` jobs that started starving before it are still pending (bound and proof in
@@ -293,6 +293,8 @@ def order_pending(ctx: CycleContext, keys: OrderKeys, aging: AgingConfig | float
         return np.lexsort((rows, p.submit_ts, -keys.key)), keys.priority.astype(np.int64), np.zeros(n, dtype=bool)
     since = p.submit_ts + threshold
     guarded = ctx.now - p.submit_ts >= threshold
+    if ctx.sizing is not None:
+        guarded &= ctx.sizing.flavor >= 0  # a job that can never run here holds no place in the band
     depth = aging.guard_depth
     if depth is not None and int(guarded.sum()) > depth:
         starving = np.flatnonzero(guarded)

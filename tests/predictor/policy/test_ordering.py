@@ -63,13 +63,18 @@ def test_multifactor_prefers_short_and_older_and_ties_keep_row_order():
 
 
 def test_starvation_guard_puts_long_waiters_first_in_submit_order():
-    policy = policy_from_mapping({"aging": {"starvation_after_s": 5000}})
+    # every starving job in the band (guard_depth: null)
+    policy = policy_from_mapping({"aging": {"starvation_after_s": 5000, "guard_depth": None}})
     jobs = [make_job("starving-late").submitted(300).predict(1e6).tier("best_effort"),
             make_job("starving-early").submitted(200).predict(1e6).tier("best_effort"),
             make_job("vip").submitted(9000).predict(60).tier("production")]
     ids, prio, _, _ = ranked(policy, *jobs, now=10_000)
     assert ids == ["starving-early", "starving-late", "vip"]
     assert prio[0] > prio[1] >= GUARD_BASE > NORMAL_MAX >= prio[2]
+    # the default band depth 1: only the job that started starving first goes above everyone
+    ids, prio, _, _ = ranked(policy_from_mapping({"aging": {"starvation_after_s": 5000}}), *jobs, now=10_000)
+    assert ids == ["starving-early", "vip", "starving-late"]
+    assert prio[0] >= GUARD_BASE > NORMAL_MAX >= prio[1] > prio[2]
 
 
 def test_las_reranks_running_jobs_by_attained_service():

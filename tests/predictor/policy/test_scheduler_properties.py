@@ -150,8 +150,9 @@ def test_waiting_longer_never_lowers_priority(running, pending, preset, longer, 
 @given(running=running_jobs(), later_jobs=pending_jobs(), waited=st.floats(0, 3 * 86_400),
        tier=st.sampled_from(TIERS), size=st.integers(1, 8), p50=st.floats(10, 1e6))
 def test_no_starvation_bound(running, later_jobs, waited, tier, size, p50):
-    """With the default policy, a job that has waited T = aging.starvation_after_s is ordered ahead of
-    every job submitted after it, whatever those are, and holds a start or a reservation."""
+    """With the default policy, a job that has waited T = aging.starvation_after_s, with no job that
+    started starving before it still pending, is ordered ahead of every job submitted after it,
+    whatever those are, and holds a start or a reservation."""
     policy = load_policy()
     bound = policy.aging.starvation_after_s
     submit = NOW - bound - waited
@@ -164,3 +165,37 @@ def test_no_starvation_bound(running, later_jobs, waited, tier, size, p50):
     # integer priorities resolve submit times to the second: a job submitted in the same second ties
     assert all(plan.priority[0] >= plan.priority[k] for k in range(1, len(later_jobs) + 1))
     assert plan.action[0] in ("start", "reserve", "preempt")
+
+
+@FAST
+@given(running=running_jobs(), others=pending_jobs(), waited=st.floats(0, 3 * 86_400),
+       earlier=st.lists(st.floats(1, 86_400), max_size=4), depth=st.sampled_from([None, 1, 2, 3]),
+       factor=st.sampled_from([None, 0.5, 4.0]), tier=st.sampled_from(TIERS), p50=st.floats(10, 1e6))
+def test_guard_band_admits_the_earliest_starving_jobs(running, others, waited, earlier, depth, factor, tier, p50):
+    """Rule *starvation guard* with any band depth and threshold: the band holds the first
+    ``guard_depth`` starving jobs by the time they started starving; a band member precedes every
+    job that started starving after it (and every job not starving), band members in that order."""
+    base = load_policy()
+    policy = policy_from_mapping({**base.model_dump(), "aging": {
+        "starvation_after_s": 86_400.0, "guard_depth": depth, "starvation_run_time_factor": factor,
+        "starvation_min_s": 600.0}})
+    submit = NOW - 86_400.0 - waited
+    jobs = [make_job("J").gpus(2).predict(p50).tier(tier).submitted(submit)]
+    jobs += [make_job(f"e{k}").gpus(1).predict(p50).tier("best_effort").submitted(submit - w)
+             for k, w in enumerate(earlier)]
+    jobs += others
+    plan = decide(snapshot(running, jobs, usage={"x": 1e9}), policy, explain=False)
+    p = SnapshotBuilder(INV).pending(*jobs).build(NOW).pending
+    p90 = np.where(np.isfinite(p.p90_s), p.p90_s, policy.reservation.unknown_duration_s)
+    thr = np.full(len(p), 86_400.0) if factor is None else np.clip(factor * p90, 600.0, 86_400.0)
+    since = p.submit_ts + thr
+    starving = np.flatnonzero(NOW - p.submit_ts >= thr)
+    ranked = starving[np.lexsort((starving, p.submit_ts[starving], since[starving]))]
+    band = ranked if depth is None else ranked[:depth]
+    assert plan.order[:len(band)].tolist() == band.tolist()
+    assert (plan.priority[band] >= 2**31).all()
+    rest = np.setdiff1d(np.arange(len(p)), band)
+    assert (plan.priority[rest] < 2**31).all()
+    if 0 in band.tolist():  # J (submitted first among its equals) precedes everyone that starves later
+        assert all(plan.priority[0] >= plan.priority[k] for k in rest)
+        assert plan.action[plan.order[0]] in ("start", "reserve", "preempt")
