@@ -98,10 +98,18 @@ def occupancy_ok(snap, plan, grace):
             assert held <= 1000, f"GPU {g} holds {held} milli at t={t}: {mine}"
 
 
+@lru_cache(maxsize=None)
+def shallow_ours(depth):
+    """ours with a small scheduling depth (so the depth cut-off and the fits-only walk are exercised)."""
+    base = _load_policy()
+    return policy_from_mapping({**base.model_dump(), "queueing": {**base.queueing.model_dump(),
+                                                                  "scheduling_depth": depth}})
+
+
 @FAST
-@given(running=running_jobs(), pending=pending_jobs(), preset=st.sampled_from(PRESETS))
+@given(running=running_jobs(), pending=pending_jobs(), preset=st.sampled_from([*PRESETS, 1, 2]))
 def test_no_gpu_double_booked_and_backfill_never_delays_a_reservation(running, pending, preset):
-    policy = load_policy(preset)
+    policy = shallow_ours(preset) if isinstance(preset, int) else load_policy(preset)
     snap = snapshot(running, pending)
     plan = decide(snap, policy, explain=False)
     occupancy_ok(snap, plan, policy.preemption.grace_s)
@@ -199,3 +207,20 @@ def test_guard_band_admits_the_earliest_starving_jobs(running, others, waited, e
     if 0 in band.tolist():  # J (submitted first among its equals) precedes everyone that starves later
         assert all(plan.priority[0] >= plan.priority[k] for k in rest)
         assert plan.action[plan.order[0]] in ("start", "reserve", "preempt")
+
+
+@FAST
+@given(running=running_jobs(), pending=pending_jobs(n_min=1), depth=st.integers(1, 3))
+def test_scheduling_depth_keeps_priorities_and_the_head(running, pending, depth):
+    """Rule *scheduling depth*: priorities are computed for every job and the head of the queue (the
+    guard band's first job when there is one) is decided exactly as without a depth limit."""
+    snap = snapshot(running, pending)
+    shallow = decide(snap, shallow_ours(depth), explain=False)
+    full = decide(snap, shallow_ours(None), explain=False)
+    assert shallow.order.tolist() == full.order.tolist()
+    assert (shallow.priority == full.priority).all()
+    head = int(full.order[0])
+    assert shallow.action[head] == full.action[head]
+    skipped = [d for d in shallow.queue() if "scheduling depth" in d.reason]
+    assert all(d.action == "wait" for d in skipped)
+    assert len(skipped) <= max(len(pending) - depth, 0)
