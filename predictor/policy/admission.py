@@ -3,8 +3,9 @@
 Rules (named here, stated in docs/readme/policy.md and in the modules they come from): *reject*
 what can never run; *strict FIFO* blocking; *quota admission* (``quota``); *best-class placement*
 and *backfill by p90* (``capacity.book``); *wait for a better placement*; *preemption trigger*,
-*victim choice* (``preemption``) and *eviction hand-over*; *earliest start* reservations up to
-``reservation.depth``.
+*preemption worth it* (``preemption.max_loss_ratio``), *victim choice* (``preemption``) and
+*eviction hand-over*; *earliest start* reservations up to ``reservation.depth``; *scheduling depth*
+(``queueing.scheduling_depth``: blocked jobs tested per cycle).
 """
 
 from __future__ import annotations

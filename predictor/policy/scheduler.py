@@ -15,6 +15,8 @@ One cycle, top to bottom (after Kueue's scheduler; rules are named in the module
       the cheapest set of lower-priority victims;
    d. else *reserve* the earliest GPUs that fit (while reservation depth lasts), or *wait*.
    The walk stops early once nothing is free, no reservation is left to give and no job may preempt.
+   *Scheduling depth*: at most ``queueing.scheduling_depth`` jobs that cannot start in the free GPUs
+   are tested for c./d. per cycle; jobs that fit are always tried.
 5. **plan**      freeze the decisions, reservations and eviction plans.
 
 Nothing is performed: the snapshot is not modified and no I/O happens. The same snapshot and policy
