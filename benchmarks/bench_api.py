@@ -205,9 +205,10 @@ class Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
         self.last_used = time.perf_counter()
+        self.closed = False  # the server said Connection: close (it recycles keep-alive connections)
 
     def stale(self) -> bool:
-        return time.perf_counter() - self.last_used > self.MAX_IDLE_S
+        return self.closed or time.perf_counter() - self.last_used > self.MAX_IDLE_S
 
     def close(self) -> None:
         self.writer.close()
@@ -218,13 +219,17 @@ class Connection:
         return cls(reader, writer)
 
     async def post(self, request: bytes) -> int:
+        """Send one request, read its response; ``closed`` is set when the server asked to reconnect."""
         self.writer.write(request)
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
         length = 0
         for line in head.split(b"\r\n"):
-            if line[:15].lower() == b"content-length:":
+            name = line[:15].lower()
+            if name == b"content-length:":
                 length = int(line[15:])
+            elif name[:11] == b"connection:" and b"close" in line[11:].lower():
+                self.closed = True
         await self.reader.readexactly(length)
         self.last_used = time.perf_counter()
         return status
@@ -269,7 +274,9 @@ async def open_loop(port: int, requests: list[bytes], rate: float, duration_s: f
             statuses.append(status)
         else:
             warm += 1
-        if conn is not None:
+        if conn is not None and conn.closed:
+            conn.close()
+        elif conn is not None:
             idle.append(conn)
 
     tasks = []
@@ -309,6 +316,9 @@ async def closed_loop(port: int, requests: list[bytes], batch_size: int, concurr
         while time.perf_counter() < stop_at:
             t = time.perf_counter()
             status = await conn.post(requests[i % len(requests)])
+            if conn.closed:  # the server recycles keep-alive connections: reconnect, as any client does
+                conn.close()
+                conn = await Connection.open(port)
             i += concurrency
             if t >= measure_from:
                 latencies.append(time.perf_counter() - t)
