@@ -103,8 +103,8 @@ class PolicyRules:
         # parts of the last snapshot reused while what they were built from is unchanged: the pending
         # columns (same queued rows, none of them stopped since) and the running jobs' static columns
         # (same cluster version: no allocation or release since)
-        self._pending_cache: tuple[np.ndarray, PendingJobs] | None = None
-        self._running_cache: tuple[int, dict] | None = None
+        self._pending_cache: tuple[JobProgress, np.ndarray, PendingJobs] | None = None
+        self._running_cache: tuple[object, int, dict] | None = None
 
     def _requested_types(self, gpu_type: pd.Series) -> np.ndarray | None:
         """(n_jobs, n_types) bool of the type each job asked for; any type when the cluster lacks it."""
@@ -160,8 +160,8 @@ class PolicyRules:
     def _pending(self, view: SimView) -> PendingJobs:
         rows = view.pending
         hit = self._pending_cache
-        if hit is not None and (hit[0] is rows or np.array_equal(hit[0], rows)):
-            return hit[1]
+        if hit is not None and hit[0] is view.progress and (hit[1] is rows or np.array_equal(hit[1], rows)):
+            return hit[2]
         p = self.pred
         out = PendingJobs(
             job_id=self.job_id[rows], team=self.team[rows], tier=self.tier[rows], queue=self.queue[rows],
@@ -176,14 +176,14 @@ class PolicyRules:
         for v in vars(out).values():  # shared by the snapshots of later cycles: nobody may modify them
             if isinstance(v, np.ndarray):
                 v.flags.writeable = False
-        self._pending_cache = (rows, out)
+        self._pending_cache = (view.progress, rows, out)
         return out
 
     def _running(self, view: SimView, rows: np.ndarray, offsets: np.ndarray, gpus: np.ndarray) -> RunningJobs:
         prog, origin = view.progress, self.jobs.origin_ts
         hit = self._running_cache
-        if hit is not None and hit[0] == view.cluster.version:
-            static = hit[1]
+        if hit is not None and hit[0] is view.cluster and hit[1] == view.cluster.version:
+            static = hit[2]
         else:
             run_start = prog.run_start[rows]
             start_ts = run_start + origin
@@ -198,7 +198,7 @@ class PolicyRules:
             )
             for v in static.values():
                 v.flags.writeable = False
-            self._running_cache = (view.cluster.version, static)
+            self._running_cache = (view.cluster, view.cluster.version, static)
         run_start, ckpt, start_ts = static["_run_start"], static["checkpoint_interval_s"], static["start_ts"]
         elapsed = np.maximum(view.now - run_start, 0.0)
         last_ckpt = start_ts + np.floor(elapsed / ckpt) * ckpt  # NaN where no interval is declared
