@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -98,7 +98,7 @@ def occupancy_ok(snap, plan, grace):
             assert held <= 1000, f"GPU {g} holds {held} milli at t={t}: {mine}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def shallow_ours(depth):
     """ours with a small scheduling depth (so the depth cut-off and the fits-only walk are exercised)."""
     base = _load_policy()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.predictor.sim.sim_builders import JobRows
 
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.policy.presets import load_policy, policy_from_mapping
@@ -25,6 +24,7 @@ from predictor.sim.record import SegmentEnd
 from predictor.sim.replay import SimConfig, replay
 from predictor.sim.rules import PolicyRules
 from predictor.sim.workload import load_workload
+from tests.predictor.sim.sim_builders import JobRows
 
 T = 600.0  # a short threshold so a short trace starves; every other setting is the default
 
