@@ -104,7 +104,7 @@ def _workload(draw_jobs) -> JobRows:
 EXACT = ["none", "oracle", "over"]  # no running job outlives its predicted run time
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(draw=jobs_strategy, preset=st.sampled_from(PRESETS), source=st.sampled_from(sorted(SOURCES)))
 def test_skipping_decide_changes_no_run(draw, preset, source):
     rows = _workload(draw)
@@ -115,7 +115,7 @@ def test_skipping_decide_changes_no_run(draw, preset, source):
     assert new.decide_calls <= ref.decide_calls
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(draw=jobs_strategy, preset=st.sampled_from(PRESETS), source=st.sampled_from(EXACT))
 def test_every_job_runs_exactly_as_in_the_old_loop(draw, preset, source):
     rows = _workload(draw)
