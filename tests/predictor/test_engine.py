@@ -10,7 +10,8 @@ from predictor.capacity.inventory import homogeneous_inventory
 from predictor.engine import Engine, UsageCharge, parse_model_uri
 from predictor.model_slot import ModelSlot
 from predictor.policy.presets import load_policy
-from tests.serving.doubles import TimeLimitPredictor, no_model_slot
+from models.fallback import FallbackPredictor
+from tests.serving.doubles import no_model_slot
 
 NOW = 1_800_000_000.0
 
@@ -60,7 +61,7 @@ class Exploding:
 
 def test_a_failing_model_falls_back_for_that_request_and_says_why() -> None:
     slot = ModelSlot(uri="models:/job-predictor@champion", resolve=lambda: "job-predictor/7",
-                     load=lambda v: Exploding(), fallback=TimeLimitPredictor(), poll_s=3600)
+                     load=lambda v: Exploding(), fallback=FallbackPredictor(), poll_s=3600)
     slot.check_once()
     engine = Engine(model=slot, policy=load_policy(), inventory=homogeneous_inventory(16))
     preds, model = engine.predict(jobs({"job_id": "a", "num_gpus": 1}), NOW)
@@ -74,15 +75,16 @@ class HistoryEcho:
     version = "job-predictor/1"
 
     def predict_frame(self, jobs, history, now):  # noqa: ANN001, ANN201
-        out = TimeLimitPredictor("job-predictor/1").predict_frame(jobs, history, now)
+        out = FallbackPredictor().predict_frame(jobs, history, now)
         out["duration_p50_s"] = float(len(history))
+        out["model_version"], out["fallback"] = self.version, False
         return out
 
 
 def test_finished_jobs_reach_the_history_of_every_model() -> None:
     versions = iter(["job-predictor/1", "job-predictor/2"])
     slot = ModelSlot(uri="models:/job-predictor@champion", resolve=lambda: next(versions),
-                     load=lambda v: HistoryEcho(), fallback=TimeLimitPredictor(), poll_s=3600)
+                     load=lambda v: HistoryEcho(), fallback=FallbackPredictor(), poll_s=3600)
     slot.check_once()
     engine = Engine(model=slot, policy=load_policy(), inventory=homogeneous_inventory(16))
     done = {"job_id": "old", "user": "u", "team": "nlp", "num_gpus": 1.0, "submit_ts": NOW - 100,

@@ -1,6 +1,8 @@
 """Predictors for tests: the real fallback behind a registry with no model, and a stand-in for
-loaded model versions in tests of the reload mechanics (half the time limit as p50, 20 GiB per GPU,
-placement slowdown 1.0, 1.1, ... 1.4)."""
+registered model versions in the unit tests of the reload mechanics (tests/predictor/test_model_slot.py),
+which need many cheap predictors that each say which version they are (half the time limit as p50,
+20 GiB per GPU, placement slowdown 1.0, 1.1, ... 1.4). Real trained versions behind a real MLflow
+registry are swapped in tests/serving/test_hot_reload.py."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from predictor.model_slot import ModelSlot
 
 
 class TimeLimitPredictor:
-    def __init__(self, version: str = "fallback") -> None:
+    def __init__(self, version: str) -> None:
         self.version = version
 
     def predict_frame(self, jobs: pd.DataFrame, history: object, now: float) -> pd.DataFrame:
