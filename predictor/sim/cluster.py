@@ -120,7 +120,8 @@ class ClusterState:
         if len(chosen) == 1 and node not in explicit:
             return chosen[0]  # distinct by construction (flatnonzero on one node)
         gpus = np.concatenate(chosen) if chosen else np.empty(0, dtype=np.int64)
-        if len(np.unique(gpus)) != len(gpus):
+        listed = gpus.tolist()
+        if len(set(listed)) != len(listed):
             raise PlanError("placement names the same GPU twice")
         return gpus
 
