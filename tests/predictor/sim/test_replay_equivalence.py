@@ -144,7 +144,9 @@ def test_an_overrun_the_revisit_does_not_name():
     new, _ = _runs(Replay, rows, "ours", "under", gpus=16)
     j2 = list(new.jobs.job_ids).index("j2")
     assert ref.first_start[j2] == 3.0
-    assert new.first_start[j2] > 3.0
+    assert new.first_start[j2] > 3.0, (
+        "j2 now starts at t=3 without the stale wakeup: if the rules layer's revisit_at_ts names a running "
+        "job's predicted end, the gap this test pins is closed; make this an equality")
     assert new.decide_calls < ref.decide_calls
 
 
