@@ -282,12 +282,15 @@ class SchedulePlan:
 
     def decision_for(self, job_id: str) -> Decision:
         """The Decision of one pending job; KeyError if it is not in the snapshot."""
-        ids = self._writer.ctx.pending.job_id
-        rows = np.flatnonzero(ids == job_id)
-        if len(rows) == 0:
+        if "row_of" not in self._cache:  # built once per plan: callers ask for every job of a batch
+            ids = self._writer.ctx.pending.job_id.tolist()
+            row_of: dict[str, int] = {}
+            for row, jid in enumerate(ids):
+                row_of.setdefault(str(jid), row)  # the first row of an id, as before
+            self._cache["row_of"] = row_of
+            self._cache["made"] = {d.extra["pending_row"]: d for d in self.decisions}
+        i = self._cache["row_of"].get(job_id)
+        if i is None:
             raise KeyError(f"job {job_id!r} is not pending in this snapshot")
-        i = int(rows[0])
-        for d in self.decisions:
-            if d.extra["pending_row"] == i:
-                return d
-        return self._writer.write(i, self._outcomes.get(i, Outcome("wait")))
+        made = self._cache["made"].get(i)
+        return made if made is not None else self._writer.write(i, self._outcomes.get(i, Outcome("wait")))
