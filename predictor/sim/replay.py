@@ -46,6 +46,13 @@ class SimConfig:
     oom_after_s: float = 60.0  # an out-of-memory crash happens this far into a run
     max_oom_retries: int = 2  # resubmissions after a crash before the job ends OUT_OF_MEMORY
     show_progress: bool = False  # a rich progress bar on stderr
+    # a scheduler cycle: while jobs are queued, decide again at most this long after the last plan even
+    # without an event or a revisit (Slurm's sched_interval); None = only on events and revisits
+    cycle_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.cycle_s is not None and not self.cycle_s > 0:
+            raise ValueError(f"cycle_s must be positive or None, got {self.cycle_s}")
 
 
 @dataclass(slots=True)
@@ -345,7 +352,12 @@ class Replay:
         victim passing its minimum runtime): decide again then, and only then. The latest plan's
         revisit replaces the previous plan's (that plan is superseded; its revisit concerned it)."""
         t = None if revisit_ts is None else revisit_ts - self.jobs.origin_ts
-        if t is None or t <= now or (not self.running and self.arrivals_left == 0):
+        if t is not None and t <= now:
+            t = None
+        cycle = self.config.cycle_s
+        if cycle is not None and self.pending and (t is None or now + cycle < t):
+            t = now + cycle
+        if t is None or (not self.running and self.arrivals_left == 0):
             self.events.cancel_wakeup()  # none asked, or nothing can change any more
             return
         self.events.wake_at(t)

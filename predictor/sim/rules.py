@@ -17,6 +17,7 @@ attained service (LAS), and its original submit time (age and FIFO order continu
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,7 @@ from predictor.sim.progress import JobProgress
 from predictor.sim.replay import SimView
 from predictor.sim.workload import NO_TEAM, JobTable
 
-__all__ = ["PolicyRules", "load_policy"]
+__all__ = ["PolicyRules", "ReplayPlan", "load_policy"]
 
 _LN2 = math.log(2.0)
 
@@ -53,6 +54,16 @@ def load_policy(preset_or_path: str, *, base_file: str | None = None) -> PolicyC
 def _codes(values: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
     codes, uniques = pd.factorize(values.astype("string"), sort=True)
     return codes.astype(np.int64), tuple(str(u) for u in uniques)
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """A rules-layer plan with an earlier revisit: the next instant a running job passes its predicted
+    end, when the rules layer's picture changes without an event (``decide`` does not name it)."""
+
+    plan: SchedulePlan
+    decisions: tuple[Decision, ...]
+    revisit_at_ts: float
 
 
 class PolicyRules:
@@ -144,9 +155,29 @@ class PolicyRules:
             self.peak_upper[j] = self.jobs.peak_vram_mib[j]
 
     # -- one cycle -------------------------------------------------------------------------------
-    def plan(self, view: SimView) -> SchedulePlan:
+    def plan(self, view: SimView) -> SchedulePlan | ReplayPlan:
+        """``decide`` on the replay's snapshot; the revisit also names the next running job's predicted
+        end (see :class:`ReplayPlan`)."""
+        snap = self.snapshot(view)
         # the replay acts on decisions and never shows them: no readable sentences (same decisions)
-        return decide(self.snapshot(view), self.policy, explain=False)
+        plan = decide(snap, self.policy, explain=False)
+        turn = self._next_predicted_end(snap)
+        if turn is not None and (plan.revisit_at_ts is None or turn < plan.revisit_at_ts):
+            return ReplayPlan(plan=plan, decisions=plan.decisions, revisit_at_ts=turn)
+        return plan
+
+    def _next_predicted_end(self, snap: ClusterSnapshot) -> float | None:
+        """The earliest instant after ``now`` at which a running job reaches its predicted end (or, without
+        a prediction, the run time the rules layer assumes, ``reservation.unknown_duration_s``). From
+        then on the rules layer reads it as overrunning (``reservation.overrun_extension_s`` more from
+        each ``now``): its capacity picture changes there without any job event."""
+        run = snap.running
+        if len(run.start_ts) == 0:
+            return None
+        end = np.where(np.isfinite(run.predicted_end_ts), run.predicted_end_ts,
+                       run.start_ts + self.policy.reservation.unknown_duration_s)
+        later = end[end > snap.now]
+        return float(later.min()) if len(later) else None
 
     def snapshot(self, view: SimView) -> ClusterSnapshot:
         """The replay at ``view.now`` as the rules layer's frozen input."""

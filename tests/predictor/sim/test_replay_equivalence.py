@@ -5,14 +5,13 @@ runs (start, end, how each ended) compared.
   (``Replay._nothing_can_start``: nothing may be evicted, and no queued job has enough GPUs with its
   share free). Against ``NoSkipReplay`` (same loop, ``decide()`` at every instant with an event and
   a queue): identical, whatever the policy and the predictions.
-* The rules layer's ``revisit_at_ts`` is one superseding wakeup (the latest plan's), not one wakeup
-  per plan ever made. Against ``ReferenceReplay`` (every plan's revisit kept, as the replay did
-  before, and no skip): identical while no running job outlives its predicted run time (exact
-  predictions, overestimates, none with runs under the 4 h assumed for an unknown duration). When
-  one does (``under``), the rules layer's picture changes at
-  that job's predicted end without any event and without a revisit naming it; the old loop then
-  happened to decide there when an earlier plan's wakeup fell on it, the new one decides at the next
-  event or revisit. ``test_an_overrun_the_revisit_does_not_name`` pins the smallest such case found.
+* The rules layer's ``revisit_at_ts`` is one superseding wakeup (the latest plan's, moved earlier to
+  the next running job's predicted end by ``PolicyRules.plan``), not one wakeup per plan ever made.
+  Against ``ReferenceReplay`` (every plan's revisit kept, as the replay did before, and no skip):
+  identical while no running job outlives its predicted run time (exact predictions, overestimates,
+  none with runs under the 4 h assumed for an unknown duration). When one does (``under``), the old
+  loop decided at instants that only stale wakeups named, so the two may differ; the case a
+  hypothesis search found (a predicted end that no revisit named) is pinned.
 """
 
 from dataclasses import replace
@@ -126,28 +125,24 @@ def test_every_job_runs_exactly_as_in_the_old_loop(draw, preset, source):
     assert new.decide_calls <= ref.decide_calls
 
 
-def test_an_overrun_the_revisit_does_not_name():
-    """Predictions 0.3x the truth. At t=1 the plan reserves all 16 GPUs for j4 from t=36.1 (when j1 is
-    predicted to end) and asks to look again then. At t=3 four running jobs pass their predicted end
-    (3.0) without ending: the rules layer now assumes each needs 900 s more, j4's reservation moves
-    far out and the 1-GPU j2 fits before it. The old loop still held the t=0 plan's wakeup for t=3 and
-    started j2 there; the replay decides next at t=10 (a completion; j2 is held back behind j3 then)
-    and starts j2 at t=36.1. Which is right is the rules layer's call: its revisit does not name a
-    running job's predicted end."""
+def test_a_running_job_passing_its_predicted_end_is_a_revisit():
+    """Predictions 0.3x the truth (found by a hypothesis search). At t=1 the plan reserves all 16 GPUs
+    for j4 from t=36.1 (when j1 is predicted to end) and asks to look again then. At t=3 four running
+    jobs pass their predicted end (3.0) without ending: the rules layer now assumes each needs 900 s
+    more, j4's reservation moves far out and the 1-GPU j2 fits before it. ``decide`` names only its
+    reservation starts, so the seam (``PolicyRules.plan``) adds the next predicted end: j2 starts at
+    t=3, as in the old loop (which held the t=0 plan's wakeup for t=3 by accident)."""
     rows = JobRows()
     for i, (gpus, run_s, submit, tier) in enumerate([
             (1, 10, 2418, "research"), (1, 117, 1, "production"), (1, 125, 0, "best_effort"),
             (8, 26, 0, "research"), (16, 10, 1, "production"), (1, 10, 0, "best_effort"), (1, 10, 0, "research"),
             (16, 4787, 0, "production"), (1, 10, 0, "best_effort"), (8, 10, 0, "research")]):
         rows.add(f"j{i}", gpus=gpus, run=run_s, submit=submit, team="a", tier=tier)
-    ref, _ = _runs(ReferenceReplay, rows, "ours", "under", gpus=16)
-    new, _ = _runs(Replay, rows, "ours", "under", gpus=16)
+    ref, ref_segs = _runs(ReferenceReplay, rows, "ours", "under", gpus=16)
+    new, new_segs = _runs(Replay, rows, "ours", "under", gpus=16)
     j2 = list(new.jobs.job_ids).index("j2")
-    assert ref.first_start[j2] == 3.0
-    assert new.first_start[j2] > 3.0, (
-        "j2 now starts at t=3 without the stale wakeup: if the rules layer's revisit_at_ts names a running "
-        "job's predicted end, the gap this test pins is closed; make this an equality")
-    assert new.decide_calls < ref.decide_calls
+    assert ref.first_start[j2] == 3.0 and new.first_start[j2] == 3.0
+    assert new_segs == ref_segs
 
 
 def test_moving_reservations_do_not_multiply_wakeups():

@@ -141,3 +141,16 @@ def test_placement_class_slows_the_job_by_its_true_slowdown():
     rec, _ = run(rows, {0.0: [decision("g", "start", on(NODE, 2, cls="cross_numa"))]})
     assert rec.end[0] == pytest.approx(150.0)
     assert not math.isnan(rec.first_start[0]) and np.all(rec.placement_class == 2)
+
+
+def test_a_scheduler_cycle_asks_again_while_jobs_queue():
+    rows = JobRows().add("a", gpus=8, run=100).add("b", gpus=8, run=10, submit=1)
+    script = {0.0: [decision("a", "start", on(NODE, 8))], 100.0: [decision("b", "start", on(NODE, 8))]}
+    rules = ScriptedRules(timeline(script))
+    table, _ = load_workload(rows.frame())
+    inv = homogeneous_inventory(8)
+    replay(table, inv, rules, NoPredictions().predict(table, inv), SimConfig(cycle_s=30.0))
+    # b queued at 1: asked at 1, then every 30 s of nothing happening, then at a's completion
+    assert rules.calls == [0.0, 1.0, 31.0, 61.0, 91.0, 100.0]
+    with pytest.raises(ValueError, match="cycle_s"):
+        SimConfig(cycle_s=0.0)
