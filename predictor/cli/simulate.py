@@ -82,6 +82,9 @@ def register(app: typer.Typer) -> None:
         fairness_window_s: Annotated[float, typer.Option(help="window of the per-team share / Jain index")] = 3600.0,
         default_checkpoint_s: Annotated[float, typer.Option(help=(
             "checkpoint interval of jobs that do not say (inf: never)"))] = 3600.0,
+        cycle_s: Annotated[float | None, typer.Option(help=(
+            "also ask the rules layer every this many seconds while jobs queue (a scheduler cycle); "
+            "default: only on events and the plan's revisit"))] = None,
         progress: Annotated[bool, typer.Option(help="show a progress bar per replay")] = True,
     ) -> None:
         """Replay a job history on an inventory under several policies; write report.json + report.html.
@@ -98,6 +101,8 @@ def register(app: typer.Typer) -> None:
             raise InputError("name at least one --policy (fifo, sjf-oracle, qssf, las, kueue, ours, ours-oracle)")
         if starvation_hours <= 0 or fairness_window_s <= 0 or default_checkpoint_s <= 0:
             raise InputError("--starvation-hours, --fairness-window-s and --default-checkpoint-s must be positive")
+        if cycle_s is not None and not cycle_s > 0:
+            raise InputError(f"--cycle-s must be positive, got {cycle_s}")
         inventory = parse_inventory(cluster)
         frame, rejects = read_jobs(jobs)
         if len(frame) == 0:
@@ -105,7 +110,7 @@ def register(app: typer.Typer) -> None:
         config = ExperimentConfig(
             train_fraction=train_fraction,
             retrain_every_s=None if retrain_days is None else retrain_days * 86400.0,
-            sim=SimConfig(default_checkpoint_s=default_checkpoint_s, show_progress=progress),
+            sim=SimConfig(default_checkpoint_s=default_checkpoint_s, show_progress=progress, cycle_s=cycle_s),
             metrics=MetricsConfig(starvation_s=starvation_hours * 3600.0, fairness_window_s=fairness_window_s),
         )
         records, run = run_experiment(frame, inventory, names, config,

@@ -55,8 +55,9 @@ def test_a_job_bigger_than_the_cluster_is_reported(tmp_path):
         (["--policy", "fifo", "--cluster", "zero-gpus"], "neither a GPU count nor an existing inventory file"),
         (["--policy", "fifo", "--cluster", "0"], "at least one GPU"),
         (["--policy", "fifo", "--train-fraction", "1.5"], "train fraction"),
+        (["--policy", "fifo", "--cycle-s", "0"], "--cycle-s must be positive"),
     ],
-    ids=["unknown-policy", "no-policy", "bad-cluster", "zero-cluster", "bad-fraction"],
+    ids=["unknown-policy", "no-policy", "bad-cluster", "zero-cluster", "bad-fraction", "bad-cycle"],
 )
 def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys, args, message):
     jobs = _jobs(tmp_path / "jobs.parquet")
