@@ -8,10 +8,12 @@ runs (start, end, how each ended) compared.
 * The rules layer's ``revisit_at_ts`` is one superseding wakeup (the latest plan's, moved earlier to
   the next running job's predicted end by ``PolicyRules.plan``), not one wakeup per plan ever made.
   Against ``ReferenceReplay`` (every plan's revisit kept, as the replay did before, and no skip):
-  identical while no running job outlives its predicted run time (exact predictions, overestimates,
-  none with runs under the 4 h assumed for an unknown duration). When one does (``under``), the old
-  loop decided at instants that only stale wakeups named, so the two may differ; the case a
-  hypothesis search found (a predicted end that no revisit named) is pinned.
+  identical for policies that never preempt while no running job outlives its predicted run time
+  (exact predictions, overestimates, none with runs under the 4 h assumed for an unknown duration).
+  Otherwise the plan also changes between events at instants no revisit names (a job overrunning
+  its prediction; a preempting policy's priorities moving with attained service, waiting time and
+  decayed usage), the old loop decided at whichever of them stale wakeups happened to name, and the
+  two may differ; the overrun case a hypothesis search found is pinned.
 """
 
 from dataclasses import replace
@@ -101,6 +103,11 @@ def _workload(draw_jobs) -> JobRows:
 
 
 EXACT = ["none", "oracle", "over"]  # no running job outlives its predicted run time
+# policies that never preempt: between events their plan can start nothing new. The preempting ones
+# (las, kueue, ours) also change their plan as attained service, waiting time and decayed usage grow
+# with the clock, at instants no revisit names: a search found a las trace where the old loop's
+# stale wakeup preempts a job the new loop lets finish.
+NON_PREEMPTING = ["fifo", "sjf-oracle", "qssf", "greedy-fifo"]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -115,7 +122,7 @@ def test_skipping_decide_changes_no_run(draw, preset, source):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(draw=jobs_strategy, preset=st.sampled_from(PRESETS), source=st.sampled_from(EXACT))
+@given(draw=jobs_strategy, preset=st.sampled_from(NON_PREEMPTING), source=st.sampled_from(EXACT))
 def test_every_job_runs_exactly_as_in_the_old_loop(draw, preset, source):
     rows = _workload(draw)
     ref, ref_segs = _runs(ReferenceReplay, rows, preset, source, gpus=16)
