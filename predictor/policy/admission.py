@@ -101,7 +101,9 @@ class Admission:
         while pos < len(rows):
             i = rows[pos]
             pos += 1
-            if never[i] or (strict and (self.blocked_all or scope[i] in self.blocked)):
+            if strict and self.blocked_all:
+                break  # strict order blocked everywhere: no later job may do anything this cycle
+            if never[i] or (strict and scope[i] in self.blocked):
                 continue
             if (self.reserve_left <= 0 and self.preempt_left <= 0 or self.test_left <= 0) and not some.any():
                 break  # nothing free, and nothing to reserve, nobody may preempt or depth used: the rest waits
