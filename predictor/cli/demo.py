@@ -196,12 +196,13 @@ def _serve_and_score(workdir: Path, bind: str, keep_serving: bool) -> None:
     """Start the real server (uvicorn, own process), submit a live queue, show its decisions."""
     base = f"http://{bind}"
     _console.print(Rule("[bold]6. serve: score a live queue through the API[/]"))
-    cmd = [sys.executable, "-m", "predictor", "serve", "--bind", bind, "--log-level", "warning"]
+    # one worker: the demo's state store is SQLite (one writer process)
+    cmd = [sys.executable, "-m", "predictor", "serve", "--bind", bind, "--workers", "1", "--log-level", "warning"]
     env = dict(os.environ)
     # a mixed cluster (DGX A100, PCIe L40S and A10 nodes), so the flavor follows predicted memory
     env.setdefault("PREDICTOR_INVENTORY_FILE", str(DEMO_INVENTORY))
     _console.print(f"[dim]$ PREDICTOR_INVENTORY_FILE={env['PREDICTOR_INVENTORY_FILE']} "
-                   f"predictor serve --bind {bind} --log-level warning[/]")
+                   f"predictor serve --bind {bind} --workers 1 --log-level warning[/]")
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=workdir, env=env)
     try:

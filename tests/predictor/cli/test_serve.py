@@ -59,6 +59,7 @@ def test_serve_generates_an_admin_token_prints_addresses_and_serves(tmp_path: Pa
 def test_several_workers_need_postgresql(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PREDICTOR_TOKENS", '[{"name": "a", "role": "admin", "token": "0123456789abcdef"}]')
+    monkeypatch.setenv("PREDICTOR_WORKERS", "1")  # serve sets it from --workers; restored after the test
     assert main(["serve", "--workers", "2"]) == 2
     assert "several workers need PostgreSQL" in capsys.readouterr().err
 
