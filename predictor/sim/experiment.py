@@ -47,7 +47,7 @@ class PolicySpec:
 POLICIES: dict[str, PolicySpec] = {
     s.name: s
     for s in (
-        PolicySpec("fifo", "fifo", "none", "first come, first served (best effort: later jobs may start)"),
+        PolicySpec("fifo", "fifo", "none", "first come, first served, strict: the head blocks the queue (no backfill)"),
         PolicySpec("sjf-oracle", "sjf-oracle", "oracle", "shortest job first on the TRUE durations (the limit)"),
         PolicySpec("qssf", "qssf", "trained", "Helios QSSF: smallest predicted GPU-time first"),
         PolicySpec("las", "las", "none", "Tiresias discretised 2D-LAS on attained service, with preemption"),
