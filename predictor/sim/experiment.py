@@ -98,6 +98,10 @@ def split_history(jobs: pd.DataFrame, train_fraction: float) -> Split:
         raise InputError(f"nothing left to replay after a {train_fraction:.0%} training prefix")
     prefix = ordered.loc[ordered["submit_ts"] < split_ts]
     ended = prefix["end_ts"].notna() & (prefix["end_ts"] < split_ts)
+    if ordered["end_ts"].isna().all() and "duration_s" in ordered:
+        # a scheduler-input trace (Philly-derived, Gavel): submissions with run times, no recorded
+        # schedule. A prefix job counts as ended when it would have ended even if it never waited.
+        ended = (prefix["submit_ts"] + pd.to_numeric(prefix["duration_s"], errors="coerce")) < split_ts
     return Split(ordered, prefix.loc[ended].reset_index(drop=True), replayed.reset_index(drop=True), split_ts)
 
 

@@ -23,6 +23,17 @@ def test_split_trains_only_on_prefix_jobs_that_ended_before_the_replay_starts():
     assert (split.train["end_ts"] < split.split_ts).all()
 
 
+def test_a_trace_without_a_recorded_schedule_trains_on_prefix_jobs_that_would_have_ended_unwaited():
+    """Scheduler-input traces (Philly-derived, Gavel) give run times but no start or end."""
+    frame = _history()
+    frame["start_ts"] = float("nan")
+    frame["end_ts"] = float("nan")
+    frame.loc[frame["job_id"] == "j1", "duration_s"] = 500.0
+    split = split_history(frame, 0.3)
+    # submit + run time before the split at 30 s: j0 (0 + 15); j1 (10 + 500) and j2 (20 + 15) not
+    assert list(split.train["job_id"]) == ["j0"]
+
+
 def test_zero_fraction_replays_everything_and_trains_on_nothing():
     split = split_history(_history(), 0.0)
     assert split.split_ts is None and len(split.replayed) == 10 and split.train.empty
