@@ -38,6 +38,7 @@ from features.sources._base import (
     first_reason,
     malformed_reason,
     read_head,
+    rechunk,
     reject_rows,
     require_columns,
     to_float,
@@ -82,15 +83,7 @@ class PhillyDerivedReader(Reader):
                                  parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid, **parse_opts),
                                  convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(columns, pa.string()),
                                                                       strings_can_be_null=False))
-            pending, rows = [], 0
-            for batch in csv:
-                pending.append(batch)
-                rows += batch.num_rows
-                if rows >= chunk_rows:
-                    yield pa.Table.from_batches(pending)
-                    pending, rows = [], 0
-            if pending:
-                yield pa.Table.from_batches(pending)
+            yield from rechunk(csv, chunk_rows)
 
     def _chronus(self, path: Path, chunk_rows: int) -> Iterator[pd.DataFrame]:
         bad: list[pd.DataFrame] = []
