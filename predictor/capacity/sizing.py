@@ -15,7 +15,8 @@ Warnings:
 * *wastes capacity*: the request forces a type costlier than the cheapest that holds the need, and
   that type has ``waste_ratio`` times the memory needed.
 * *fits nowhere*: no type of the cluster holds the need; the job keeps its request (the prediction
-  may be wrong) and the warning says how many of the largest GPUs a sharded run would need.
+  may be wrong) but runs on the largest-memory type(s) of it (the smallest OOM risk), and the
+  warning says how many of the largest GPUs a sharded run would need.
 
 Sizing by prediction is skipped (request kept, warnings still computed) when
 ``sizing.use_predictions`` is false, and for jobs without a memory prediction.
@@ -100,7 +101,12 @@ def size_jobs(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray,
         allowed = req_ok & fits
         if cfg.on_too_small == "upsize":
             allowed = np.where((too_small & ~fits_nowhere)[:, None], fit_ok, allowed)
-        allowed = np.where((~allowed.any(axis=1))[:, None], req_ok, allowed)
+        keep = req_ok
+        if t:  # fits nowhere: keep the request, on its largest GPUs (the smallest OOM risk)
+            cap_req = np.where(req_ok, capacity, -np.inf)
+            largest = req_ok & (cap_req >= cap_req.max(axis=1, keepdims=True))
+            keep = np.where(fits_nowhere[:, None], largest, req_ok)
+        allowed = np.where((~allowed.any(axis=1))[:, None], keep, allowed)
     else:
         allowed = req_ok
     any_allowed = allowed.any(axis=1)
