@@ -118,7 +118,7 @@ def build_service(settings: Settings, *, model: ModelSlot | None = None) -> Serv
     tokens = TokenRegistry(load_tokens(settings))
     if len(tokens) == 0:
         raise InputError("no API tokens configured: set PREDICTOR_TOKENS_FILE (or PREDICTOR_TOKENS); "
-                         "see docs/readme/serving.md for the format")
+                         "see README.md (Serving) for the format")
     db = Database(settings.database_url)
     if settings.migrate_on_start:
         db.upgrade()
