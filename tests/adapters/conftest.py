@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.integration.slurm_cluster import slurm_cluster  # noqa: F401 - the session's real Slurm, as a fixture
 
 from predictor.adapters.crd_validation import CrdSchemas
+from tests.integration.slurm_cluster import slurm_cluster  # noqa: F401 - the session's real Slurm, as a fixture
 
 
 @pytest.fixture(scope="session")

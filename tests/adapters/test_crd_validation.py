@@ -2,8 +2,8 @@
 
 import pytest
 
-from tests.adapters.kueue_objects import workload
 from predictor.adapters.crd_validation import CrdSchemas, ValidationFailure
+from tests.adapters.kueue_objects import workload
 
 WPC = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": "prod"},
        "value": 100, "description": "production"}

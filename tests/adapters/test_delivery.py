@@ -7,8 +7,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes import client
 
-from tests.adapters.kube_emulator import kube_emulator
-from tests.adapters.kueue_objects import workload
 from predictor.adapters.delivery import (
     decision_from_payload,
     decision_to_payload,
@@ -22,6 +20,8 @@ from predictor.adapters.retry import RetryPolicy
 from predictor.policy.decision import Decision, EvictionPlan, Placement, Priority, Reservation, Victim
 from predictor.store import Database
 from predictor.store.outbox import outbox_counts
+from tests.adapters.kube_emulator import kube_emulator
+from tests.adapters.kueue_objects import workload
 
 NOW = 1_795_990_000.0
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"

@@ -8,14 +8,14 @@ import json
 import pytest
 from kubernetes import client
 
-from tests.adapters.kube_emulator import kube_emulator
-from tests.adapters.kueue_objects import batch_job, workload
 from predictor.adapters.cluster_policy import ClusterPolicy, TeamSpec, TierSpec
 from predictor.adapters.kueue import PREFERRED_TOPOLOGY, QUEUE_LABEL, REQUIRED_TOPOLOGY, KueueAdapter
 from predictor.adapters.kueue_manifests import all_manifests
 from predictor.adapters.retry import RetryPolicy
 from predictor.capacity.inventory import Inventory, Node
 from predictor.policy.decision import Decision, EvictionPlan, Placement, Priority, Victim
+from tests.adapters.kube_emulator import kube_emulator
+from tests.adapters.kueue_objects import batch_job, workload
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 NOW = 1_795_990_000.0

@@ -8,7 +8,6 @@ import json
 import time
 
 import pytest
-from tests.integration.slurm_cluster import NODE_GPUS, SlurmCluster
 
 from predictor.adapters.cluster_policy import ClusterPolicy, TeamSpec, TierSpec
 from predictor.adapters.retry import RetryExhausted, RetryPolicy
@@ -20,6 +19,7 @@ from predictor.nodeinfo.pinning import plan_pinning
 from predictor.nodeinfo.sysfs import read_host_cpus
 from predictor.nodeinfo.topology import GpuDevice, NodeTopology
 from predictor.policy.decision import Decision, EvictionPlan, Placement, Priority, Reservation, Victim
+from tests.integration.slurm_cluster import NODE_GPUS, SlurmCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 

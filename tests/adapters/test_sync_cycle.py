@@ -9,8 +9,6 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tests.adapters.kube_emulator import kube_emulator
-from tests.adapters.kueue_objects import workload
 from predictor.adapters.kueue import KueueAdapter
 from predictor.adapters.retry import RetryPolicy
 from predictor.adapters.sync_cycle import (
@@ -25,6 +23,8 @@ from predictor.config import Settings, TokenSpec
 from predictor.policy.presets import load_policy
 from predictor.store import Database
 from predictor.store.outbox import outbox_counts
+from tests.adapters.kube_emulator import kube_emulator
+from tests.adapters.kueue_objects import workload
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 NOW = 1_795_990_000.0

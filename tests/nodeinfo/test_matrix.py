@@ -2,9 +2,9 @@ import dataclasses
 
 import pytest
 
-from tests.nodeinfo.topologies import recorded
 from predictor.nodeinfo.matrix import render_matrix
 from predictor.nodeinfo.topology import MigInstance
+from tests.nodeinfo.topologies import recorded
 
 
 def _rows(text):

@@ -3,11 +3,11 @@ import json
 import pynvml
 import pytest
 
-from tests.nodeinfo.topologies import RECORDED
 from predictor.capacity.inventory import Node
 from predictor.capacity.inventory_sources import inventory_from_mapping
 from predictor.cli import main
 from predictor.nodeinfo.records import load_topology
+from tests.nodeinfo.topologies import RECORDED
 
 
 def _driver_present() -> bool:

@@ -1,9 +1,9 @@
 import pytest
 
 from features.errors import InputError
-from tests.nodeinfo.topologies import RECORDED, recorded
 from predictor.nodeinfo.cpulist import cpus_from_mask_words, parse_cpulist
 from predictor.nodeinfo.pinning import plan_pinning, slurm_gpu_type
+from tests.nodeinfo.topologies import RECORDED, recorded
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,6 @@ import pytest
 import yaml
 
 from features.errors import InputError
-from tests.nodeinfo.topologies import RECORDED, recorded
 from predictor.nodeinfo.records import (
     load_topology,
     topology_from_document,
@@ -12,6 +11,7 @@ from predictor.nodeinfo.records import (
     write_topology,
 )
 from predictor.nodeinfo.topology import CpuThread, GpuDevice, HostCpus, MigInstance, NodeTopology
+from tests.nodeinfo.topologies import RECORDED, recorded
 
 
 @pytest.mark.parametrize("name", sorted(RECORDED))

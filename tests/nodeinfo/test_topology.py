@@ -1,9 +1,9 @@
 import pytest
 
 from features.schema import PLACEMENT_CLASSES
-from tests.nodeinfo.topologies import RECORDED, recorded
 from predictor.capacity.inventory import Inventory, Node
 from predictor.nodeinfo.topology import GpuDevice, HostCpus, NodeTopology, inventory_gpu_type
+from tests.nodeinfo.topologies import RECORDED, recorded
 
 
 @pytest.mark.parametrize(

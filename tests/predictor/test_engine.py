@@ -6,11 +6,11 @@ import pytest
 
 from features.errors import InputError
 from features.schema import conform
+from models.fallback import FallbackPredictor
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.engine import Engine, UsageCharge, parse_model_uri
 from predictor.model_slot import ModelSlot
 from predictor.policy.presets import load_policy
-from models.fallback import FallbackPredictor
 from tests.serving.doubles import no_model_slot
 
 NOW = 1_800_000_000.0

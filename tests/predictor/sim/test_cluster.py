@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
-from tests.predictor.sim.sim_builders import on
 
 from predictor.capacity.inventory import Inventory, Node, homogeneous_inventory
 from predictor.policy.decision import Placement
 from predictor.sim.cluster import ClusterState, PlanError
+from tests.predictor.sim.sim_builders import on
 
 
 def test_whole_gpu_allocation_and_release_round_trip():

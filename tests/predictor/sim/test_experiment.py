@@ -1,8 +1,8 @@
 import pytest
-from tests.predictor.sim.sim_builders import JobRows
 
 from features.errors import InputError
 from predictor.sim.experiment import POLICIES, ExperimentConfig, split_history
+from tests.predictor.sim.sim_builders import JobRows
 
 
 def _history():

@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-from tests.predictor.sim.sim_builders import JobRows, ScriptedRules, decision, on
 
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.sim.metrics import (
@@ -14,6 +13,7 @@ from predictor.sim.metrics import (
 from predictor.sim.predictions import NoPredictions
 from predictor.sim.replay import replay
 from predictor.sim.workload import load_workload
+from tests.predictor.sim.sim_builders import JobRows, ScriptedRules, decision, on
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,10 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.predictor.sim.sim_builders import JobRows
 
 from predictor.sim.progress import JobProgress, JobStatus
 from predictor.sim.workload import load_workload
+from tests.predictor.sim.sim_builders import JobRows
 
 
 def _progress(run=100.0, checkpoint=None, default=math.inf, gpus=2):

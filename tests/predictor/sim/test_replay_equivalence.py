@@ -21,7 +21,6 @@ from dataclasses import replace
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.predictor.sim.sim_builders import JobRows
 
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.policy.config import QueueingConfig
@@ -30,6 +29,7 @@ from predictor.sim.predictions import NoPredictions, OraclePredictions, Predicti
 from predictor.sim.replay import Replay, SimConfig
 from predictor.sim.rules import PolicyRules, load_policy
 from predictor.sim.workload import load_workload
+from tests.predictor.sim.sim_builders import JobRows
 
 
 class ReferenceReplay(Replay):

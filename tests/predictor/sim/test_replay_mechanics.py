@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-from tests.predictor.sim.sim_builders import JobRows, ScriptedRules, decision, evict, on, reservation
 
 from predictor.capacity.inventory import Inventory, Node, homogeneous_inventory
 from predictor.sim.cluster import PlanError
@@ -13,6 +12,7 @@ from predictor.sim.predictions import NoPredictions
 from predictor.sim.progress import JobStatus
 from predictor.sim.replay import SimConfig, replay
 from predictor.sim.workload import load_workload
+from tests.predictor.sim.sim_builders import JobRows, ScriptedRules, decision, evict, on, reservation
 
 NODE = "node-0000"
 

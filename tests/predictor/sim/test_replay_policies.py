@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.predictor.sim.sim_builders import JobRows
 
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.sim.metrics import policy_metrics
@@ -15,6 +14,7 @@ from predictor.sim.record import SegmentEnd
 from predictor.sim.replay import SimConfig, replay
 from predictor.sim.rules import PolicyRules, load_policy
 from predictor.sim.workload import load_workload
+from tests.predictor.sim.sim_builders import JobRows
 
 #: report name -> (preset, prediction source)
 POLICIES = {

@@ -3,7 +3,6 @@ import os
 
 import numpy as np
 import pytest
-from tests.predictor.sim.sim_builders import JobRows, ScriptedRules, decision, on
 
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.sim.metrics import METRIC_KEYS
@@ -11,6 +10,7 @@ from predictor.sim.predictions import NoPredictions
 from predictor.sim.replay import replay
 from predictor.sim.report import build_report, write_report
 from predictor.sim.workload import load_workload
+from tests.predictor.sim.sim_builders import JobRows, ScriptedRules, decision, on
 
 
 def _records():

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
-from tests.predictor.sim.sim_builders import JobRows
 
 from features.errors import InputError
 from features.schema import PLACEMENT_CLASSES
 from predictor.sim.workload import DEFAULT_SLOWDOWN_BY_CLASS, load_workload
+from tests.predictor.sim.sim_builders import JobRows
 
 
 def test_rows_are_sorted_by_submit_and_times_start_at_zero():
