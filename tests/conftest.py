@@ -11,6 +11,12 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests explore new examples on every local run; CI (HYPOTHESIS_PROFILE=ci, set by .ci/run)
+# replays a fixed set, so a landing never depends on the luck of the draw and a failure reproduces.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("PREDICTOR_SHARED_DATA", ROOT.parent / "shared" / "data"))
