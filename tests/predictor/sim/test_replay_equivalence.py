@@ -110,26 +110,25 @@ EXACT = ["none", "oracle", "over"]  # no running job outlives its predicted run 
 NON_PREEMPTING = ["fifo", "sjf-oracle", "qssf", "greedy-fifo"]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(draw=jobs_strategy, preset=st.sampled_from(PRESETS), source=st.sampled_from(sorted(SOURCES)))
-def test_skipping_decide_changes_no_run(draw, preset, source):
-    rows = _workload(draw)
-    ref, ref_segs = _runs(NoSkipReplay, rows, preset, source, gpus=16)
+def _assert_runs_as_in(reference, rows, preset, source) -> None:
+    """Every job's runs and end status as under ``reference``, with no more decide() calls."""
+    ref, ref_segs = _runs(reference, rows, preset, source, gpus=16)
     new, new_segs = _runs(Replay, rows, preset, source, gpus=16)
     assert new_segs == ref_segs
     assert new.status.tolist() == ref.status.tolist()
     assert new.decide_calls <= ref.decide_calls
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(draw=jobs_strategy, preset=st.sampled_from(PRESETS), source=st.sampled_from(sorted(SOURCES)))
+def test_skipping_decide_changes_no_run(draw, preset, source):
+    _assert_runs_as_in(NoSkipReplay, _workload(draw), preset, source)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(draw=jobs_strategy, preset=st.sampled_from(NON_PREEMPTING), source=st.sampled_from(EXACT))
 def test_every_job_runs_exactly_as_in_the_old_loop(draw, preset, source):
-    rows = _workload(draw)
-    ref, ref_segs = _runs(ReferenceReplay, rows, preset, source, gpus=16)
-    new, new_segs = _runs(Replay, rows, preset, source, gpus=16)
-    assert new_segs == ref_segs
-    assert new.status.tolist() == ref.status.tolist()
-    assert new.decide_calls <= ref.decide_calls
+    _assert_runs_as_in(ReferenceReplay, _workload(draw), preset, source)
 
 
 def test_a_running_job_passing_its_predicted_end_is_a_revisit():
