@@ -10,15 +10,16 @@ import time
 from dataclasses import dataclass, field
 
 from features.errors import InputError
-from predictor.config import Settings, load_tokens
-from predictor.engine import Engine, build_engine
-from predictor.model_slot import LoadedModel, ModelSlot
+from predictor.engine.engine import Engine
+from predictor.engine.model_slot import LoadedModel, ModelSlot
+from predictor.engine.wiring import build_engine
+from predictor.queue.tracked_queue import TrackedQueue
 from predictor.store import Database, StreamEvent
 from predictor.store.jobs import status_counts
-from predictor.store.tracked_queue import TrackedQueue
 from serving.auth import TokenRegistry
 from serving.metrics import ServiceMetrics
 from serving.schemas.results import ModelStatusPublic
+from serving.settings import Settings, load_tokens
 from serving.stream import StreamHub
 
 __all__ = ["Service", "build_service"]

@@ -22,8 +22,8 @@ from predictor.capacity.placement import GangChoice
 from predictor.policy.context import CycleContext
 from predictor.policy.factors.base import hours
 from predictor.policy.plan import Outcome
+from predictor.policy.preemption import choose_victims, milli_of, work_lost_s
 from predictor.policy.quota import QuotaBook
-from predictor.preemption import choose_victims, milli_of, work_lost_s
 
 __all__ = ["Admission"]
 

@@ -42,7 +42,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from predictor.capacity.layout import MILLI
-from predictor.policy.config import AgingConfig, PolicyConfig
+from predictor.policy.config import ORDERING_NAMES, AgingConfig, PolicyConfig
 from predictor.policy.context import CycleContext
 from predictor.policy.factors import FACTORS, PriorityFactor
 from predictor.policy.factors.base import hours
@@ -265,6 +265,8 @@ ORDERINGS: dict[str, type[Ordering]] = {
     cls.name: cls  # type: ignore[misc]
     for cls in (MultifactorOrdering, FifoOrdering, SjfOrdering, QssfOrdering, LasOrdering, KueueOrdering)
 }
+if tuple(ORDERINGS) != ORDERING_NAMES:  # pragma: no cover - an ordering added without its name in the schema
+    raise ImportError(f"ORDERINGS {tuple(ORDERINGS)} differ from policy.config.ORDERING_NAMES {ORDERING_NAMES}")
 
 
 def order_pending(ctx: CycleContext, keys: OrderKeys, aging: AgingConfig | float | None
