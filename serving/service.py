@@ -119,7 +119,7 @@ def build_service(settings: Settings, *, model: ModelSlot | None = None) -> Serv
     tokens = TokenRegistry(load_tokens(settings))
     if len(tokens) == 0:
         raise InputError("no API tokens configured: set PREDICTOR_TOKENS_FILE (or PREDICTOR_TOKENS); "
-                         "see README.md (Serving) for the format")
+                         "see docs/serving.md (Tokens and roles) for the format")
     db = Database(settings.database_url)
     if settings.migrate_on_start:
         db.upgrade()

@@ -10,5 +10,5 @@ Entry points (import them from their modules):
 * ``predictor.policy.ledger.FairShareLedger`` - decayed team usage;
 * ``predictor.policy.decision`` - the Decision contract.
 
-See README.md (The rules layer) for the rules.
+See docs/rules-layer.md for the rules.
 """

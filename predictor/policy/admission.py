@@ -1,6 +1,6 @@
 """Phase 4 of ``decide()``: walk the queue in priority order and decide each job.
 
-Rules (named here, stated in README.md (The rules layer) and in the modules they come from): *reject*
+Rules (named here, stated in docs/rules-layer.md (*One cycle*) and in the modules they come from): *reject*
 what can never run; *strict FIFO* blocking; *quota admission* (``quota``); *best-class placement*
 and *backfill by p90* (``capacity.book``); *wait for a better placement*; *preemption trigger*,
 *preemption worth it* (``preemption.max_loss_ratio``), *victim choice* (``preemption``) and

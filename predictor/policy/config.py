@@ -113,7 +113,7 @@ class FactorSettings(_Section):
 
 
 class AgingConfig(_Section):
-    """Rule *starvation guard* (``predictor.policy.ordering``; bound and proof in README.md (The rules layer))."""
+    """Rule *starvation guard* (``predictor.policy.ordering``; bound and proof in docs/rules-layer.md, *The no-starvation bound*)."""
 
     starvation_after_s: float | None = Field(DAY, gt=0, description=(
         "starvation guard: the longest a job waits before it starves (T_max); a starving job is ordered "

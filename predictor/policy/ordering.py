@@ -26,7 +26,7 @@ them (all when null; jobs that can never run on this cluster are left out) form 
 others keep their normal priority until a band member leaves the queue. Hence a job in the band is
 ordered ahead of every job that starts starving after it, and a job reaches the band once fewer
 than ``guard_depth`` jobs that started starving before it are still pending (bound and proof in
-README.md (The rules layer)).
+docs/rules-layer.md, *The no-starvation bound*).
 
 Integer priorities (``Decision.priority``, Slurm's uint32 scale): an ordering maps its key into
 ``1 .. 2**31 - 1``, monotone with the order (equal keys may share a value); the guard band uses

@@ -1,4 +1,4 @@
-"""Properties of decide() on random clusters (hypothesis): the guarantees README.md (The rules layer) states."""
+"""Properties of decide() on random clusters (hypothesis): the guarantees docs/rules-layer.md states."""
 
 from __future__ import annotations
 
