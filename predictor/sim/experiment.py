@@ -29,7 +29,7 @@ from predictor.sim.metrics import MetricsConfig
 from predictor.sim.predictions import NoPredictions, OraclePredictions, PredictionSource, PredictionTable
 from predictor.sim.record import ReplayRecord
 from predictor.sim.replay import SimConfig, replay
-from predictor.sim.workload import JobTable, load_workload
+from predictor.sim.workload import JobTable, load_workload, requests_on_inventory
 
 __all__ = ["PolicySpec", "POLICIES", "ExperimentConfig", "Split", "split_history", "run_experiment"]
 
@@ -155,7 +155,11 @@ def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[
     if not specs:
         raise InputError("no policy given: name at least one of " + ", ".join(POLICIES))
     split = split_history(jobs, cfg.train_fraction)
-    table, truth = load_workload(split.replayed)
+    replayed, any_type = requests_on_inventory(split.replayed, inventory)
+    if any_type:
+        say(f"{sum(any_type.values()):,} job(s) ask for GPU types the inventory lacks: replayed on any type "
+            f"({', '.join(f'{k}: {v:,}' for k, v in sorted(any_type.items()))})")
+    table, truth = load_workload(replayed)
     predictions: dict[str, PredictionTable] = {}
     fits: list[dict] = []
     records: list[ReplayRecord] = []
@@ -173,6 +177,7 @@ def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[
         records.append(replay(table, inventory, rules, predictions[spec.predictions], cfg.sim))
     run = _run_info(split, table, truth, inventory, specs, predictions, cfg)
     run["trained_models"] = fits
+    run["gpu_requests_replayed_on_any_type"] = any_type
     return records, run
 
 

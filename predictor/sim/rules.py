@@ -24,8 +24,10 @@ import pandas as pd
 
 from predictor.capacity.inventory import Inventory
 from predictor.capacity.layout import ClusterLayout
+from predictor.policy import intake
 from predictor.policy.config import PolicyConfig
 from predictor.policy.decision import Decision
+from predictor.policy.intake import Names, Vocabulary
 from predictor.policy.ledger import FairShareLedger
 from predictor.policy.plan import SchedulePlan
 from predictor.policy.presets import load_policy as _load_policy
@@ -92,16 +94,20 @@ class PolicyRules:
         origin = jobs.origin_ts
         # teams: the replay's codes minus the "(no team)" placeholder, which becomes -1
         self.teams = tuple(t for t in jobs.teams if t != NO_TEAM)
-        remap = np.array([self.teams.index(t) if t != NO_TEAM else -1 for t in jobs.teams], dtype=np.int64)
-        self.team = remap[jobs.team_code]
-        self.tier, self.tiers = _codes(frame["tier"])
-        self.queue, self.queues = _codes(frame["queue"])
+        _, self.tiers = _codes(frame["tier"])
+        _, self.queues = _codes(frame["queue"])
+        # the trace's static columns read by the one intake (GPU requests, codes, limits, deadlines,
+        # predictions), once per workload; each cycle selects the queued rows
+        vocab = Vocabulary(Names(self.teams), Names(self.tiers), Names(self.queues))
+        base = intake.pending_jobs(frame, predictions.to_frame(jobs.job_ids), vocab, self.layout, origin)
+        self.team, self.tier, self.queue = base.team, base.tier, base.queue
         self.job_id = jobs.job_ids
         self.submit_ts = jobs.submit_s + origin
-        self.deadline_ts = frame["deadline_ts"].to_numpy(dtype="float64")
-        self.time_limit_s = frame["time_limit_s"].to_numpy(dtype="float64")
+        self.deadline_ts = base.deadline_ts
+        self.time_limit_s = base.time_limit_s
         self.checkpoint_s = jobs.checkpoint_s
-        self.requested = self._requested_types(frame["gpu_type"])
+        self.requested = base.requested_types
+        self.gpu_request = base.gpu_request
         self.priority = np.zeros(len(jobs), dtype=np.int64)  # priority each job was last started with
         self.gpus = jobs.milli_demand / 1000.0
         # what the rules layer is told, updated when a run ends (kept work, memory learnt from a crash)
@@ -116,18 +122,6 @@ class PolicyRules:
         # (same cluster version: no allocation or release since)
         self._pending_cache: tuple[JobProgress, np.ndarray, PendingJobs] | None = None
         self._running_cache: tuple[object, int, dict] | None = None
-
-    def _requested_types(self, gpu_type: pd.Series) -> np.ndarray | None:
-        """(n_jobs, n_types) bool of the type each job asked for; any type when the cluster lacks it."""
-        codes = np.array([self.layout.type_index(t) if isinstance(t, str) else -1
-                          for t in gpu_type.astype(object).where(gpu_type.notna(), None)], dtype=np.int64)
-        if (codes < 0).all():
-            return None
-        out = np.ones((len(codes), self.layout.n_types), dtype=bool)
-        asked = codes >= 0
-        out[asked] = False
-        out[np.flatnonzero(asked), codes[asked]] = True
-        return out
 
     # -- replay hooks ------------------------------------------------------------------------------
     def team_shares(self) -> dict[str, float]:
@@ -203,6 +197,7 @@ class PolicyRules:
             attained_gpu_s=view.progress.attained_gpu_s[rows], fallback=p.fallback[rows],
             model_version=p.model_version[rows],
             requested_types=None if self.requested is None else self.requested[rows],
+            gpu_request=None if self.gpu_request is None else self.gpu_request[rows],
         )
         for v in vars(out).values():  # shared by the snapshots of later cycles: nobody may modify them
             if isinstance(v, np.ndarray):

@@ -34,7 +34,9 @@ import numpy as np
 import pandas as pd
 
 from features.errors import InputError
+from features.gpu_types import split_request
 from features.schema import PLACEMENT_CLASSES, conform
+from predictor.capacity.inventory import Inventory
 
 __all__ = [
     "DEFAULT_SLOWDOWN_BY_CLASS",
@@ -272,3 +274,31 @@ def load_workload(jobs: pd.DataFrame) -> tuple[JobTable, bool]:
         skipped=skipped,
     )
     return table, truth
+
+
+def requests_on_inventory(frame: pd.DataFrame, inventory: Inventory) -> tuple[pd.DataFrame, dict[str, int]]:
+    """A trace's GPU requests as the replayed inventory names them (a what-if inventory may lack the
+    types the trace's cluster had).
+
+    Each request (``"A10|a100"``) keeps the names the inventory has a type for, spelt the inventory's
+    way (``features.gpu_types``); a request naming none of the inventory's types becomes "any type"
+    (null), and is counted per request in the returned mapping (``report.json`` says so). Canonical
+    columns only are touched; rows are not reordered.
+    """
+    if "gpu_type" not in frame.columns or frame["gpu_type"].isna().all():
+        return frame, {}
+    vocab = inventory.vocabulary
+    present = set(inventory.gpus_by_type())
+    mapped: dict[str, str | None] = {}
+    dropped: dict[str, int] = {}
+    for request in frame["gpu_type"].dropna().unique().tolist():
+        names = [t for part in split_request(str(request)) for t in vocab.matches(part) if t in present]
+        mapped[request] = "|".join(dict.fromkeys(names)) or None
+    out = frame.copy()
+    values = out["gpu_type"].astype(object).where(out["gpu_type"].notna(), None)
+    new = values.map(lambda v: mapped.get(v) if v is not None else None)
+    lost = values.notna() & new.isna()
+    for request, count in values[lost].value_counts().items():
+        dropped[str(request)] = int(count)
+    out["gpu_type"] = pd.array(new.tolist(), dtype="string")
+    return out, dropped

@@ -1,4 +1,5 @@
 import numpy as np
+import pandas as pd
 import pytest
 
 from features.errors import InputError
@@ -80,3 +81,46 @@ def test_teams_are_coded_and_missing_team_is_named():
     assert table.teams == ("(no team)", "a", "b")
     assert [table.teams[c] for c in table.team_code] == ["b", "(no team)", "a"]
     assert np.isnan(table.deadline_s).all()
+
+
+def test_requests_are_named_as_the_replayed_inventory_names_them():
+    from pathlib import Path
+
+    from predictor.capacity.inventory_sources import load_inventory
+    from predictor.sim.workload import requests_on_inventory
+
+    inventory = load_inventory(Path(__file__).resolve().parents[3] / "data/inventory/example-cluster.yaml")
+    frame = pd.DataFrame({"job_id": ["a", "b", "c", "d", "e"],
+                          "gpu_type": ["a10", "NVIDIA-A100-SXM4-80GB", "A10|H100-80GB", "V100", None]})
+    out, any_type = requests_on_inventory(frame, inventory)
+    assert out["gpu_type"].tolist()[:4] == ["A10", "A100-80GB", "A10", pd.NA] and pd.isna(out["gpu_type"].iloc[4])
+    assert any_type == {"V100": 1}
+
+
+def test_a_multi_type_request_is_limited_to_its_types_in_the_replay():
+    """The service limited "A10|A100-80GB" to those types while the replay let it run anywhere."""
+    from pathlib import Path
+
+    from predictor.capacity.inventory_sources import load_inventory
+    from predictor.sim.predictions import NoPredictions
+    from predictor.sim.replay import replay
+    from predictor.sim.rules import PolicyRules, load_policy
+    from tests.predictor.sim.sim_builders import JobRows
+
+    class Watched(PolicyRules):
+        types: list = []
+
+        def job_started(self, j, decision):
+            self.types.append(decision.placement.gpu_type)
+            super().job_started(j, decision)
+
+    inventory = load_inventory(Path(__file__).resolve().parents[3] / "data/inventory/example-cluster.yaml")
+    rows = JobRows()
+    for k in range(12):  # more 4-GPU jobs at once than the A10 and A100 nodes hold: the L40S nodes stay empty
+        rows.add(f"j{k}", gpus=4, run=100, submit=k, gpu_type="a10|NVIDIA-A100-SXM4-80GB")
+    table, _ = load_workload(rows.frame())
+    preds = NoPredictions().predict(table, inventory)
+    rules = Watched("fifo", load_policy("fifo"), table, inventory, preds)
+    rec = replay(table, inventory, rules, preds)
+    assert np.isfinite(rec.end).all() and len(rules.types) == 12
+    assert set(rules.types) <= {"A10", "A100-80GB"}
