@@ -31,6 +31,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from predictor.capacity.layout import MILLI, ClusterLayout
+from predictor.capacity.requests import requested_types
 
 __all__ = ["SizingConfig", "SizingOutcome", "size_jobs", "size_request", "describe_sizing"]
 
@@ -137,14 +138,20 @@ def size_jobs(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray,
 
 
 def describe_sizing(layout: ClusterLayout, outcome: SizingOutcome, i: int, *, num_gpus: int, gpu_milli: int,
-                    peak_upper_mib: float, requested: np.ndarray | None) -> tuple[str, ...]:
-    """The warnings for job ``i`` of ``outcome`` as sentences a person can act on."""
+                    peak_upper_mib: float, requested: np.ndarray | None,
+                    request_text: str | None = None) -> tuple[str, ...]:
+    """The warnings for job ``i`` of ``outcome`` as sentences a person can act on (``request_text``:
+    the GPU request as written, named when none of its types is in the cluster)."""
     out: list[str] = []
     need = outcome.need_mib[i]
     names = layout.gpu_types
     if outcome.requested_missing[i]:
         asked = [names[k] for k in np.flatnonzero(requested)] if requested is not None else list(names)
-        out.append(f"the cluster has no {num_gpus} GPUs of requested type(s) {', '.join(asked) or '(none known)'}")
+        if asked:
+            out.append(f"the cluster has no {num_gpus} GPUs of requested type(s) {', '.join(asked)}")
+        else:
+            out.append(f"the cluster has no GPU of the requested type {request_text or '(none given)'} "
+                       f"(it has {', '.join(names) or 'no GPUs'})")
     if outcome.fits_nowhere[i]:
         biggest = int(np.argmax(layout.type_memory_mib)) if layout.n_types else -1
         if biggest >= 0:
@@ -182,19 +189,16 @@ class SizingAdvice:
 
 def size_request(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: int, gpu_milli: int = MILLI,
                  peak_upper_mib: float | None = None, requested: tuple[str, ...] = ()) -> SizingAdvice:
-    """Size one job (the single-job form of :func:`size_jobs`); unknown requested types are ignored."""
+    """Size one job (the single-job form of :func:`size_jobs`); ``requested`` names are read by rule
+    *GPU request* (``predictor.capacity.requests``: any spelling; InputError for a name that is no GPU)."""
     req = None
     if requested:
-        req = np.zeros((1, layout.n_types), dtype=bool)
-        for name in requested:
-            k = layout.type_index(name)
-            if k >= 0:
-                req[0, k] = True
+        req, _ = requested_types(np.array(["|".join(requested)], dtype=object), layout)
     peak = np.nan if peak_upper_mib is None else float(peak_upper_mib)
     out = size_jobs(layout, cfg, num_gpus=np.array([num_gpus]), gpu_milli=np.array([gpu_milli]),
                     peak_upper_mib=np.array([peak]), requested_types=req)
     warnings = describe_sizing(layout, out, 0, num_gpus=num_gpus, gpu_milli=gpu_milli, peak_upper_mib=peak,
-                               requested=None if req is None else req[0])
+                               requested=None if req is None else req[0], request_text="|".join(requested) or None)
     flavor = int(out.flavor[0])
     return SizingAdvice(
         flavor=layout.gpu_types[flavor] if flavor >= 0 else None,

@@ -117,7 +117,8 @@ def register(app: typer.Typer) -> None:
         gpu_type: Annotated[list[str] | None, typer.Option("--type", help="Requested GPU type (repeat).")] = None,
         path: Annotated[Path | None, typer.Option("--policy", help="Policy file (sizing margins).")] = None,
     ) -> None:
-        """Pick the GPU flavor for a job from its predicted peak memory, with warnings.
+        """Pick the GPU flavor for a job from its predicted peak memory, with warnings (exit 1 when it
+        cannot run on this cluster). GPU types may be spelt as sacct, Kubernetes or the inventory spell them.
 
         Example: predictor policy size --cluster data/inventory/example-cluster.yaml --peak-mib 30000 --type A10
         """
@@ -134,15 +135,21 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"memory needed per GPU: {advice.need_mib:,.0f} MiB")
         for w in advice.warnings:
             typer.echo(f"warning: {w}")
+        if advice.flavor is None:
+            raise typer.Exit(1)
 
     @group.command("decide")
     def decide_cmd(
         jobs: Annotated[Path, typer.Option("--jobs", help="Canonical job table (.parquet/.csv): PENDING rows "
-                                           "queue, RUNNING rows hold GPUs.")],
+                                           "queue, RUNNING rows hold GPUs (on their `nodes` where given).")],
         cluster: Annotated[str, typer.Option("--cluster", help="Inventory file or GPU count.")],
         path: Annotated[Path | None, typer.Option("--policy", help="Policy YAML file.")] = None,
         preset: Annotated[str | None, _PRESET] = None,
         predictions: Annotated[Path | None, typer.Option("--predictions", help="PREDICTION_COLUMNS table.")] = None,
+        model: Annotated[str, typer.Option("--model", help=(
+            "What predicts: none (the rules layer alone; the default unless --predictions), fallback (the "
+            "analytic fallback), or a registry URI such as models:/job-predictor@champion (MLFLOW_TRACKING_URI)."))
+        ] = "none",
         now: Annotated[float | None, typer.Option("--now", help="Clock (epoch s); default: latest submit time.")
                        ] = None,
         limit: Annotated[int, typer.Option("--limit", min=1, help="Rows to print.")] = 30,
@@ -150,27 +157,32 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run one scheduling cycle on a job table and print the ordered decisions with their reasons.
 
+        The same cycle ``predictor sync`` and the service run (``Engine.decide_cluster``).
+
         Example: predictor policy decide --jobs queue.csv --cluster data/inventory/example-cluster.yaml
         """
         from dataclasses import asdict
 
         from predictor.capacity.inventory_sources import load_inventory
-        from predictor.policy.scheduler import decide
-        from tests.builders import snapshot_from_jobs
+        from predictor.engine.engine import Engine
 
         frame = conform(_read_table(jobs, "job"))
-        preds = _read_table(predictions, "predictions") if predictions is not None else None
+        state = frame["state"].astype("string").fillna("PENDING")
+        pending, running = frame.loc[state == "PENDING"], frame.loc[state == "RUNNING"]
         clock = float(now) if now is not None else float(frame["submit_ts"].max())
-        snap = snapshot_from_jobs(frame, load_inventory(cluster), clock, predictions=preds)
-        plan = decide(snap, _load(path, preset))
-        queue = plan.queue()
+        engine = Engine(model=_model_slot(model, predictions), policy=_load(path, preset),
+                        inventory=load_inventory(cluster))
+        result = engine.decide_cluster(pending, running, clock)
+        queue = result.plan.queue()
         if as_json:
             for d in queue:
                 row = asdict(d)
                 row["kueue_priority"] = d.kueue_priority
                 typer.echo(json.dumps(row, default=str))
             return
-        table = Table(title=f"{len(queue)} pending, {len(snap.running)} running at {clock:.0f}")
+        why = f" (fallback: {result.model.fallback_reason})" if result.model.fallback else ""
+        table = Table(title=f"{len(queue)} pending, {len(result.picture.running)} running at {clock:.0f}; "
+                            f"model {result.model.version}{why}")
         for col in ("job", "action", "priority", "tier", "GPUs", "where / when", "reason"):
             table.add_column(col, overflow="fold")
         for d in queue[:limit]:
@@ -182,3 +194,27 @@ def register(app: typer.Typer) -> None:
             table.add_row(d.job_id, d.action, f"{d.priority:,}", d.tier, f"{d.num_gpus} {d.flavor or ''}", where,
                           d.reason)
         Console().print(table)
+        if result.unplaced:
+            typer.echo(f"{len(result.unplaced)} running job(s) hold no GPU of the inventory: "
+                       + ", ".join(result.unplaced[:10]), err=True)
+
+
+def _model_slot(model: str, predictions: Path | None):
+    """The model slot ``policy decide`` predicts with (see its ``--model``)."""
+    from models.fixed import NULL_VERSION, NullPredictor, TablePredictor
+    from predictor.engine.model_slot import ModelSlot
+
+    if predictions is not None:
+        return ModelSlot.fixed(TablePredictor(_read_table(predictions, "predictions"), version="table",
+                                              origin=str(predictions)), "table")
+    if model == "none":
+        return ModelSlot.fixed(NullPredictor(), NULL_VERSION, fallback_reason="rules only (--model none)")
+    if model == "fallback":
+        from models.fallback import FallbackPredictor
+
+        return ModelSlot.fixed(FallbackPredictor(), "fallback", fallback_reason="asked for (--model fallback)")
+    from predictor.engine.wiring import get_engine_settings, registry_model_slot
+
+    slot = registry_model_slot(get_engine_settings().model_copy(update={"model_uri": model}))
+    slot.check_once()
+    return slot

@@ -67,6 +67,17 @@ def _model_line(report: CycleReport) -> str:
     return f"model: {report.model_version}"
 
 
+def _decision_summary(d) -> dict:  # noqa: ANN001 - a Decision
+    """What a decision says, in the ``--json`` document: action, priority, flavor, placement, reservation."""
+    return {"job_id": d.job_id, "action": d.action, "priority": int(d.priority), "kueue_priority": d.kueue_priority,
+            "flavor": d.flavor, "num_gpus": d.num_gpus, "model_version": d.model_version,
+            "placement": None if d.placement is None else {
+                "gpu_type": d.placement.gpu_type, "class": d.placement.placement_class,
+                "nodes": [list(x) for x in d.placement.gpus_by_node]},
+            "reservation_start_ts": None if d.reservation is None else d.reservation.start_ts,
+            "reason": d.reason}
+
+
 def _print(report: CycleReport, dry_run: bool, as_json: bool) -> None:
     head = (f"{report.pending} pending, {report.running} running, {report.finished} newly finished, "
             f"{len(report.decisions)} decision(s); {_model_line(report)}")
@@ -74,6 +85,7 @@ def _print(report: CycleReport, dry_run: bool, as_json: bool) -> None:
         doc = {"pending": report.pending, "running": report.running, "finished": report.finished,
                "model_version": report.model_version, "fallback_reason": report.fallback_reason,
                "unplaced_running": list(report.unplaced), "dry_run": dry_run,
+               "decisions": [_decision_summary(d) for d in report.decisions],
                "planned": {j: [op.to_dict() for op in ops] for j, ops in report.planned.items()},
                "errors": report.errors,
                "applied": [r.to_dict() for r in report.applied]}
@@ -139,6 +151,9 @@ def register(app: typer.Typer) -> None:
                                                     "or the shipped one).")] = None,
         inventory: Annotated[str | None, typer.Option("--inventory", help=(
             "Inventory of the cluster's nodes (default: PREDICTOR_INVENTORY_FILE)."))] = None,
+        at: Annotated[float | None, typer.Option("--now", help=(
+            "Decide as of this instant (epoch s; default: the current time), for dry runs that must "
+            "agree with a replay or a saved picture."), show_default=False)] = None,
         history_days: Annotated[float, typer.Option("--history-days", min=0.0, help=(
             "Finished jobs read back at start (sacct / finished Workloads) to seed the features and "
             "fair-share; later passes read what ended since the previous one."))] = 30.0,
@@ -177,11 +192,11 @@ def register(app: typer.Typer) -> None:
             db.upgrade()
         if engine is not None and not once:
             engine.model.start()  # follow the registry alias between passes (hot reload)
-        since = time.time() - history_days * 86400.0
+        since = (at if at is not None else time.time()) - history_days * 86400.0
         while True:
-            started = time.time()
+            started = at if at is not None else time.time()
             try:
-                report = run_cycle(adapter, source, db, dry_run=dry_run, finished_since_ts=since)
+                report = run_cycle(adapter, source, db, now=started, dry_run=dry_run, finished_since_ts=since)
                 since = started
             except SchedulerError as exc:  # could not even read the queue: say so, try next pass
                 typer.echo(f"error: {target} unavailable: {exc}", err=True)

@@ -8,12 +8,9 @@ for it, and, for a running job, which GPUs it holds.
 
 Rules (referred to by name elsewhere):
 
-* *GPU request*: ``gpu_type`` lists the acceptable types (``"A10|A100-80GB"``, ``"a10,a100"``), each
-  name resolved through the cluster's vocabulary (``features.gpu_types``: case, vendor prefix,
-  memory suffix, Slurm gres types, Kubernetes product labels, the inventory's aliases). A name the
-  cluster lacks but that is a known GPU model allows nothing (the job can never run here, and its
-  decision says so); a name that is no GPU model at all is an error naming the known types. No
-  ``gpu_type``: any type.
+* *GPU request* (``predictor.capacity.requests``): ``gpu_type`` lists the acceptable types, any
+  spelling; a known GPU model the cluster lacks allows nothing, a name that is no GPU model is an
+  error naming the types. No ``gpu_type``: any type.
 * *running placement*: a running job holds the GPUs given for it (the tracked queue knows them); else
   free GPUs of the type it runs on on the nodes it runs on (``nodes``: Slurm's host list), as many per
   node as its gang spreads over them; else the best free gang of its type. Jobs are placed in start
@@ -34,13 +31,13 @@ import numpy as np
 import pandas as pd
 
 from features.errors import InputError
-from features.gpu_types import DEFAULT_VOCABULARY, split_request
 from models.prediction import SLOWDOWN_COLUMNS
 from predictor.capacity.layout import MILLI, ClusterLayout
 from predictor.capacity.placement import find_gang
+from predictor.capacity.requests import requested_types
 from predictor.policy.snapshot import PendingJobs, RunningJobs
 
-__all__ = ["Columns", "Names", "Vocabulary", "requested_types", "pending_jobs", "running_jobs", "RunningIntake"]
+__all__ = ["Columns", "Names", "Vocabulary", "pending_jobs", "running_jobs", "RunningIntake"]
 
 Columns = pd.DataFrame | Mapping[str, np.ndarray]
 
@@ -110,45 +107,6 @@ def floats(table: Columns, col: str, fill: float = np.nan) -> np.ndarray:
     values = (values.to_numpy(dtype=np.float64, na_value=fill) if isinstance(values, pd.Series)
               else np.asarray(values, dtype=np.float64))
     return np.where(np.isfinite(values), values, fill)
-
-
-def requested_types(gpu_type: np.ndarray, layout: ClusterLayout, job_ids: np.ndarray | None = None
-                    ) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Rule *GPU request*: (n_jobs, n_types) bool of the layout types each job accepts, and the
-    requests as written; (None, None) when no job names a type.
-
-    Raises
-    ------
-    InputError
-        A request names something that is no GPU model (the message lists the cluster's types).
-    """
-    types = np.asarray(gpu_type, dtype=object)
-    asked = np.array([isinstance(t, str) and bool(t.strip()) for t in types], dtype=bool)
-    if not asked.any():
-        return None, None
-    vocab = layout.inventory.vocabulary
-    mask = np.ones((len(types), layout.n_types), dtype=bool)
-    rows_of: dict[str, np.ndarray] = {}
-    for i in np.flatnonzero(asked):
-        request = types[i]
-        row = rows_of.get(request)
-        if row is None:
-            row = np.zeros(layout.n_types, dtype=bool)
-            for name in split_request(request):
-                found = vocab.matches(name)
-                if not found and not DEFAULT_VOCABULARY.matches(name):
-                    who = f"job {job_ids[i]}: " if job_ids is not None else ""
-                    raise InputError(f"{who}unknown GPU type {name!r}; this cluster has "
-                                     f"{', '.join(layout.gpu_types) or 'no GPUs'} (known models: "
-                                     f"{', '.join(DEFAULT_VOCABULARY.known())})")
-                for t in found:
-                    code = layout.type_index(t)
-                    if code >= 0:
-                        row[code] = True
-            rows_of[request] = row
-        mask[i] = row
-    request_text = np.where(asked, types, None).astype(object)
-    return mask, request_text
 
 
 def _slowdown(preds: Columns, n: int) -> np.ndarray:

@@ -127,7 +127,7 @@ class DecisionWriter:
         req = None if p.requested_types is None else p.requested_types[i]
         out = list(describe_sizing(ctx.layout, ctx.sizing, i, num_gpus=int(p.num_gpus[i]),
                                    gpu_milli=int(p.gpu_milli[i]), peak_upper_mib=float(p.peak_vram_upper_mib[i]),
-                                   requested=req))
+                                   requested=req, request_text=None if p.gpu_request is None else p.gpu_request[i]))
         if ctx.at_risk[i]:
             out.append(f"SLA at risk: {hours(ctx.deadline[i] - ctx.now)} to the deadline, p90 run time "
                        f"{hours(ctx.p90[i])}")

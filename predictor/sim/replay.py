@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from predictor.capacity.inventory import Inventory
-from predictor.policy.decision import Decision, Placement, Reservation
+from predictor.policy.decision import Decision, Placement, Priority, Reservation
 from predictor.sim.cluster import ClusterState, PlanError
 from predictor.sim.events import EventKind, EventQueue
 from predictor.sim.predictions import PredictionTable
@@ -332,16 +332,63 @@ class Replay:
         self.running[j] = RunningJob(gpus=gpus, slots=slots, milli=milli, placement=placement, placement_class=k,
                                      begin=begin)
         self.rules.job_started(j, d)
+        self._schedule_end(j, gpus, milli, begin, wall, now)
+
+    def _schedule_end(self, j: int, gpus: np.ndarray, milli: int, begin: float, wall: float, now: float) -> None:
+        """Push the event that ends the run of ``j`` begun at ``begin``: a crash, its time limit, or its end
+        (never before ``now``)."""
         peak = self.jobs.peak_vram_mib[j]
         memory = self.cluster.memory_of(gpus) * milli / 1000.0
         limit = self.jobs.time_limit_s[j]
         epoch = int(self.progress.epoch[j])
         if peak > memory:  # False when either is unknown (NaN)
-            self.events.push(begin + min(self.config.oom_after_s, wall), EventKind.OOM, j, epoch)
+            self.events.push(max(begin + min(self.config.oom_after_s, wall), now), EventKind.OOM, j, epoch)
         elif limit < wall:  # False without a limit (NaN): the scheduler ends the run at its limit
-            self.events.push(begin + limit, EventKind.TIMEOUT, j, epoch)
+            self.events.push(max(begin + limit, now), EventKind.TIMEOUT, j, epoch)
         else:
-            self.events.push(begin + wall, EventKind.COMPLETION, j, epoch)
+            self.events.push(max(begin + wall, now), EventKind.COMPLETION, j, epoch)
+
+    def start_from(self, now_s: float, running: dict[int, Sequence[int]]) -> None:
+        """Begin from a cluster's state at ``now_s`` instead of an empty cluster (call before :meth:`run`).
+
+        Every job submitted by ``now_s`` is in the queue since its submit time, except the rows in
+        ``running``, which hold the given global GPU indices (``ClusterLayout``) since their
+        ``start_ts`` (``now_s`` when unknown) with the priority 0; the first cycle decides at
+        ``now_s``. What ``predictor sync`` would decide on the same picture is this first cycle.
+        """
+        from features.schema import PLACEMENT_CLASSES
+        from predictor.capacity.layout import ClusterLayout
+
+        if self.recorder.steps:
+            raise RuntimeError("start_from() must come before run()")
+        layout = ClusterLayout.of(self.cluster.inventory)
+        origin = self.jobs.origin_ts
+        starts = self.jobs.frame["start_ts"].to_numpy(dtype="float64") - origin
+        for j in np.flatnonzero(self.jobs.submit_s <= now_s):
+            j = int(j)
+            self.progress.epoch[j] += 1  # its arrival event is stale: it is here already
+            self.arrivals_left -= 1
+            self.progress.submit(j, float(self.jobs.submit_s[j]))
+            if j not in running:
+                self._queue(j)
+                continue
+            gpus = np.asarray(running[j], dtype=np.int64)
+            milli = int(self.jobs.gpu_milli[j])
+            k = int(layout.placement_class(gpus))
+            begin = float(starts[j]) if np.isfinite(starts[j]) else now_s
+            slots = self.cluster.allocate(gpus, milli, j)
+            wall = self.progress.start(j, begin, float(self.jobs.slowdown[j, k]), k)
+            by_node = layout.gpu_indices_by_node(gpus)
+            placement = Placement(gpu_type=layout.gpu_types[int(layout.gpu_type[gpus[0]])],
+                                  gpus_by_node=tuple((n, len(idx)) for n, idx in by_node),
+                                  placement_class=PLACEMENT_CLASSES[k], gpu_indices=by_node)
+            self.running[j] = RunningJob(gpus=gpus, slots=slots, milli=milli, placement=placement, placement_class=k,
+                                         begin=begin)
+            self.rules.job_started(j, Decision(job_id=str(self.jobs.job_ids[j]), priority=Priority(0), factors=(),
+                                               action="start", tier="", placement=placement))
+            self._schedule_end(j, gpus, milli, begin, wall, now_s)
+        self.events.wake_at(now_s)
+        self._dirty = True
 
     def _evict(self, job_id: str, now: float) -> None:
         v = self.row_of.get(job_id)
