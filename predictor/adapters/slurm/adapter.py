@@ -13,9 +13,10 @@ time_limit_s       ``scontrol update jobid=N timelimit=M`` (minutes, rounded up)
                    p90 plus margin, so Slurm's backfill plans with it
 placement          ``scontrol update jobid=N reqnodelist=...`` for ``start`` decisions
 reservation        ``scontrol create reservation reservationname=pred-N starttime=.. endtime=..
-                   nodes=.. users=.. flags=ignore_jobs``, then ``scontrol update jobid=N
+                   nodes=.. users=.. flags=ignore_jobs,overlap``, then ``scontrol update jobid=N
                    reservationname=pred-N`` (Slurm 22.05 reserves whole nodes: reservation TRES
-                   cover cpu/node/license/bb, not GPUs)
+                   cover cpu/node/license/bb, not GPUs; ``overlap`` lets two jobs that the
+                   reservation book gives different GPUs of one node hold it at the same time)
 eviction           per running victim: a marker in its AdminComment, then ``scancel
                    --signal=SIGTERM --full V``; after the grace period ``scontrol requeue V``
                    (``scancel V`` when the plan says not to requeue). The marker records the signal
@@ -74,7 +75,9 @@ class SlurmOptions:
     pin_nodes: bool = True
     tier_qos: Mapping[str, str] = field(default_factory=dict)
     reservation_prefix: str = "pred-"
-    reservation_flags: str = "ignore_jobs"
+    # overlap: Slurm 22.05 reserves whole nodes, so two jobs the reservation book gives different GPUs of one
+    # node (the book never double-books a GPU) need node reservations that overlap in time
+    reservation_flags: str = "ignore_jobs,overlap"
 
     def __post_init__(self) -> None:
         if self.priority_mode not in ("absolute", "nice"):

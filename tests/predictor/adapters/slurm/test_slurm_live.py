@@ -252,7 +252,7 @@ def test_sync_once_applies_rules_layer_decisions(cluster, tmp_path, monkeypatch,
     before = _squeue(cluster, "%Q")
     assert main([*args, "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "3 pending, 0 running, 3 decision(s)" in out and f"would run: scontrol update jobid={jobs[0]} priority=" in out
+    assert "3 pending, 0 running, " in out and "3 decision(s)" in out and f"would run: scontrol update jobid={jobs[0]} priority=" in out
     assert _squeue(cluster, "%Q") == before  # a dry run changes nothing
 
     assert main([*args, "--json"]) == 0

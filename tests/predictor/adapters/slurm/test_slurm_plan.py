@@ -92,7 +92,7 @@ def test_reservation_created_then_attached():
     d = _decision(action="reserve", reservation=_reservation(NOW + 600, NOW + 4200))
     assert _calls(_plan(d)) == [
         f"scontrol create reservation reservationname=pred-7 starttime={slurm_time(NOW + 600)} "
-        f"endtime={slurm_time(NOW + 4200)} nodes=gpu01 users=ana flags=ignore_jobs",
+        f"endtime={slurm_time(NOW + 4200)} nodes=gpu01 users=ana flags=ignore_jobs,overlap",
         "scontrol update jobid=7 reservationname=pred-7",
     ]
 
