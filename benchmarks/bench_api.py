@@ -341,12 +341,12 @@ def stage_breakdown(workdir: Path, tracking: str, singles: list[dict], batch_bod
     process, on the server's store (same tracked queue) and registered model; HTTP excluded."""
     from pydantic import TypeAdapter
 
-    from predictor.config import Settings, TokenSpec
-    from predictor.queue_picture import frame_of
+    from predictor.engine.queue_picture import frame_of
     from serving.convert import job_columns, score_response
     from serving.schemas.jobs import JobSpec
     from serving.schemas.score import ScoreRequest
     from serving.service import build_service
+    from serving.settings import Settings, TokenSpec
 
     settings = Settings(database_url=f"sqlite:///{workdir / 'state.db'}", mlflow_tracking_uri=tracking,
                         tokens=[TokenSpec(name="bench", role="admin", token=TOKEN)], migrate_on_start=False)

@@ -63,15 +63,18 @@ def memory_design(X: np.ndarray, parts: MemoryParts, gpu_memory: np.ndarray) -> 
 
 
 def fitting_types(upper_mib: np.ndarray, gpu_memory_mib: Mapping[str, float]) -> list[str]:
-    """Comma-separated GPU types whose memory per device holds each job's upper bound ("" if none).
+    """Rule *fits*: comma-separated GPU types whose memory per device holds each job's upper bound.
 
-    Types are listed from the smallest memory to the largest (ties by name).
+    The one definition of "which GPU types fit" (the service's predictions and the replay's both use
+    it). Types are listed from the smallest memory to the largest (ties by name); a job whose bound
+    exceeds every type gets ``""``; a job with no bound (unknown memory) fits every type: nothing says
+    it does not.
     """
     names = sorted(gpu_memory_mib, key=lambda k: (gpu_memory_mib[k], k))
     caps = np.array([gpu_memory_mib[k] for k in names], dtype=float)
     suffixes = np.array([",".join(names[i:]) for i in range(len(names) + 1)], dtype=object)
     upper = np.asarray(upper_mib, dtype=float)
-    first = np.searchsorted(caps, np.where(np.isfinite(upper), upper, np.inf), side="left")
+    first = np.searchsorted(caps, np.where(np.isfinite(upper), upper, -np.inf), side="left")
     return list(suffixes[first])
 
 

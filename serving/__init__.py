@@ -1,1 +1,1 @@
-"""The FastAPI service over ``predictor.engine``: HTTP API, WebSocket stream and dashboard."""
+"""The FastAPI service over ``predictor.engine.engine``: HTTP API, WebSocket stream and dashboard."""

@@ -1,6 +1,6 @@
 """The app factory: ``uvicorn --factory serving.app:create_app`` (what ``predictor serve`` runs).
 
-Settings come from the environment (``predictor.config``); the store is migrated, the policy,
+Settings come from the environment (``serving.settings``); the store is migrated, the policy,
 inventory and tracked queue loaded at start-up; the model loads in the background (the fallback
 answers until it is in, and says so).
 """
@@ -12,11 +12,11 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from predictor.config import Settings, get_settings
 from serving.errors import install_error_handlers
 from serving.middleware import ObservabilityMiddleware
 from serving.routers import ROUTERS
 from serving.service import Service, build_service
+from serving.settings import Settings, get_settings
 
 __all__ = ["create_app"]
 
@@ -33,7 +33,7 @@ def create_app(settings: Settings | None = None, *, service: Service | None = No
     Parameters
     ----------
     settings : Settings, optional
-        Defaults to :func:`predictor.config.get_settings` (the environment).
+        Defaults to :func:`serving.settings.get_settings` (the environment).
     service : Service, optional
         A service built already (tests); otherwise built from ``settings`` at start-up.
     service_factory : callable, optional

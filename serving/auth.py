@@ -1,6 +1,6 @@
 """Bearer-token authentication and role checks.
 
-Roles (``predictor.config.ROLES``):
+Roles (``serving.settings.ROLES``):
 
 * ``scheduler`` - a scheduler or its webhook: scores, submits and changes any job, posts job events,
   reads everything; cannot change the policy.
@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from predictor.config import TokenSpec, token_digest
 from predictor.store import Actor
+from serving.settings import TokenSpec, token_digest
 
 __all__ = ["Principal", "TokenRegistry", "WS_SUBPROTOCOL_PREFIX"]
 

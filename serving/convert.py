@@ -8,9 +8,9 @@ import numpy as np
 import orjson
 from fastapi.responses import Response
 
-from predictor.engine import Scored
-from predictor.model_slot import LoadedModel
-from predictor.queue_picture import canonical_columns
+from predictor.engine.engine import Scored
+from predictor.engine.model_slot import LoadedModel
+from predictor.engine.queue_picture import canonical_columns
 from predictor.store.codec import decision_doc, prediction_doc
 from serving.schemas.jobs import JobSpec
 

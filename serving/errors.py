@@ -10,8 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from features.errors import InputError
+from predictor.queue.errors import ConflictError, NotFoundError, PermissionDeniedError
 from predictor.store.codec import jsonable
-from predictor.store.errors import ConflictError, NotFoundError, PermissionDeniedError
 
 __all__ = ["install_error_handlers"]
 

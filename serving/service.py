@@ -10,16 +10,17 @@ import time
 from dataclasses import dataclass, field
 
 from features.errors import InputError
-from predictor.config import Settings, load_tokens
-from predictor.engine import Engine, build_engine
-from predictor.model_slot import LoadedModel, ModelSlot
+from predictor.engine.engine import Engine
+from predictor.engine.model_slot import LoadedModel, ModelSlot
+from predictor.engine.wiring import build_engine
+from predictor.queue.tracked_queue import TrackedQueue
 from predictor.store import Database, StreamEvent
 from predictor.store.jobs import status_counts
 from predictor.store.outbox import outbox_backlog
-from predictor.store.tracked_queue import TrackedQueue
 from serving.auth import TokenRegistry
 from serving.metrics import OutboxBacklog, ServiceMetrics
 from serving.schemas.results import ModelStatusPublic
+from serving.settings import Settings, load_tokens
 from serving.stream import StreamHub
 
 __all__ = ["Service", "build_service"]
@@ -137,7 +138,7 @@ def build_service(settings: Settings, *, model: ModelSlot | None = None) -> Serv
     tokens = TokenRegistry(load_tokens(settings))
     if len(tokens) == 0:
         raise InputError("no API tokens configured: set PREDICTOR_TOKENS_FILE (or PREDICTOR_TOKENS); "
-                         "see README.md (Serving) for the format")
+                         "see docs/serving.md (Tokens and roles) for the format")
     db = Database(settings.database_url)
     if settings.migrate_on_start:
         db.upgrade()

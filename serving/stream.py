@@ -1,6 +1,6 @@
 """The live stream's hub: follows the store's event log and fans events out to WebSocket clients.
 
-Protocol (``/v1/stream``, see README.md (Serving)):
+Protocol (``/v1/stream``, see docs/serving.md, The stream):
 
 1. The server sends ``{"kind": "stream.hello", "last_seq": L, "since": S}``.
 2. With ``?since=S`` it replays every stored event with ``S < seq <= L`` from the store, then goes

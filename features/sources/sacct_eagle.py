@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,7 @@ import pyarrow.csv as pacsv
 
 from features.sources._base import (
     READER_REJECT,
+    InputTracker,
     first_reason,
     malformed_reason,
     null_tokens,
@@ -37,8 +38,13 @@ from features.sources._base import (
 )
 from features.sources.slurm_fields import normalise_slurm_state
 
-if TYPE_CHECKING:
-    from features.sources.sacct import SacctReader
+
+class SacctReader(Protocol):
+    """What this module reads of ``features.sources.sacct.SacctReader`` (which imports this module)."""
+
+    name: str
+    timezone: str
+    tracker: InputTracker
 
 REQUIRED = ("job_id", "user", "account", "partition", "qos", "wallclock_req", "nodes_req", "processors_req",
             "gpus_req", "mem_req", "submit_time", "start_time", "end_time", "state")

@@ -3,7 +3,7 @@
 A profile fixes the mixes (GPU types, models, tiers), the family-level duration model, the outcome
 hazards and the queueing model. The numbers were tuned so that the generated summary lands near the
 published row named by ``Profile.cluster`` (see :mod:`features.synth.calibrate` and
-``README.md (Synthetic workloads)`` for the measured comparison); the published numbers themselves are in
+``docs/synth.md`` for the measured comparison); the published numbers themselves are in
 :data:`PUBLISHED`.
 
 Published statistics (:data:`PUBLISHED`) are copied from ``data/cluster_summary.csv`` of AcmeTrace

@@ -1,7 +1,7 @@
 """Cluster adapters: apply Decisions to Kueue/Kubernetes or Slurm.
 
 The interface and its data types are re-exported here; the adapters themselves live in
-``predictor.adapters.slurm`` and ``predictor.adapters.kueue`` (imported on use: the Kueue one
+``predictor.adapters.slurm.adapter`` and ``predictor.adapters.kueue.adapter`` (imported on use: the Kueue one
 loads the Kubernetes client).
 """
 

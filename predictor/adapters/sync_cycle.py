@@ -67,7 +67,7 @@ def _gpu_jobs(frame: pd.DataFrame) -> pd.DataFrame:
 class EngineDecisions:
     """Decide with the engine in this process."""
 
-    engine: Any  # predictor.engine.Engine
+    engine: Any  # predictor.engine.engine.Engine
 
     def decide(self, pending: pd.DataFrame, running: pd.DataFrame, now: float) -> list[Decision]:
         jobs = _gpu_jobs(pending)
@@ -85,8 +85,8 @@ class RulesDecisions:
     inventory: Any  # predictor.capacity.inventory.Inventory
 
     def decide(self, pending: pd.DataFrame, running: pd.DataFrame, now: float) -> list[Decision]:
-        from predictor.policy.builders import snapshot_from_jobs
         from predictor.policy.scheduler import decide
+        from tests.builders import snapshot_from_jobs
 
         jobs = _gpu_jobs(pending)
         if jobs.empty:

@@ -11,7 +11,7 @@ priority order; the snapshot itself is never touched. Three per-GPU arrays:
 ``reserved_from``
     start of the earliest reservation holding the GPU (``inf`` if none).
 
-Rules (documented in README.md (The rules layer), referred to by name):
+Rules (documented in docs/rules-layer.md, *Reservations and backfill*, referred to by name):
 
 *No double booking.* A reservation may only take GPUs with ``busy_until <= start``, and pushes their
 ``busy_until`` to its own predicted end; so on every GPU the running jobs, this cycle's starts and

@@ -7,43 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 
+from features.gpu_types import KNOWN_GPU_TYPES, GpuType, GpuTypeVocabulary
+
 __all__ = ["GpuType", "Node", "Inventory", "KNOWN_GPU_TYPES", "homogeneous_inventory"]
-
-
-@dataclass(frozen=True, slots=True)
-class GpuType:
-    """A GPU model: memory per device (MiB) and a relative cost per GPU-hour used to pick the cheapest fit."""
-
-    name: str
-    memory_mib: int
-    cost_per_hour: float = 1.0
-
-
-#: Memory sizes of common data-centre GPUs (vendor datasheets) and a rough relative price.
-KNOWN_GPU_TYPES: Mapping[str, GpuType] = MappingProxyType(
-    {
-        g.name: g
-        for g in (
-            GpuType("K80", 11_441, 0.2),
-            GpuType("P100", 16_384, 0.4),
-            GpuType("T4", 15_360, 0.35),
-            GpuType("V100", 16_384, 0.6),
-            GpuType("V100M32", 32_768, 0.75),
-            GpuType("G2", 24_576, 0.5),  # openb trace's anonymised types
-            GpuType("G3", 24_576, 0.5),
-            GpuType("A10", 24_576, 0.6),
-            GpuType("A40", 46_068, 0.9),
-            GpuType("L40S", 46_068, 1.1),
-            GpuType("A100-40GB", 40_960, 1.2),
-            GpuType("A100-80GB", 81_920, 1.6),
-            GpuType("H100-80GB", 81_559, 2.5),
-            GpuType("H200", 143_771, 3.2),
-            GpuType("B200", 183_359, 4.0),
-        )
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +36,12 @@ class Node:
 
 
 @dataclass(frozen=True)
-class Inventory:
+class Inventory:  # not slotted: caches its vocabulary
     """The cluster: nodes and the GPU types they carry."""
 
     nodes: tuple[Node, ...]
     gpu_types: Mapping[str, GpuType] = field(default_factory=dict)
+    aliases: Mapping[str, str] = field(default_factory=dict)  # more spellings of its types (alias -> type)
 
     def __post_init__(self) -> None:
         names = [n.name for n in self.nodes]
@@ -88,6 +58,12 @@ class Inventory:
                         f"node {n.name}: GPU type {n.gpu_type!r} has no memory size; add it under gpu_types"
                     )
         object.__setattr__(self, "gpu_types", MappingProxyType(types))
+        object.__setattr__(self, "aliases", MappingProxyType(dict(self.aliases)))
+
+    @cached_property
+    def vocabulary(self) -> GpuTypeVocabulary:
+        """This cluster's GPU types and every spelling of them (``features.gpu_types``)."""
+        return GpuTypeVocabulary(self.gpu_types, self.aliases)
 
     @property
     def total_gpus(self) -> int:

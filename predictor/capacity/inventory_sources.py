@@ -27,17 +27,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from features.errors import InputError
+from features.gpu_types import DEFAULT_VOCABULARY, GpuTypeVocabulary
+from features.yaml_files import read_yaml_mapping
 from predictor.capacity.inventory import KNOWN_GPU_TYPES, GpuType, Inventory, Node, homogeneous_inventory
 
 __all__ = ["load_inventory", "inventory_from_yaml", "inventory_from_mapping", "inventory_from_openb",
-           "inventory_from_pai", "inventory_from_crux", "EXTRA_GPU_TYPES"]
-
-#: Types the public traces use that ``KNOWN_GPU_TYPES`` lacks.
-EXTRA_GPU_TYPES: dict[str, GpuType] = {"V100M16": GpuType("V100M16", 16_384, 0.6)}
-
+           "inventory_from_pai", "inventory_from_crux"]
 
 def _gpu_type(name: str, overrides: Mapping[str, GpuType]) -> GpuType | None:
-    return overrides.get(name) or EXTRA_GPU_TYPES.get(name) or KNOWN_GPU_TYPES.get(name)
+    """The type ``name`` means: one given in the file, else a known one under any of its spellings."""
+    if name in overrides:
+        return overrides[name]
+    canonical = DEFAULT_VOCABULARY.canonical_or_none(name)
+    return KNOWN_GPU_TYPES[canonical] if canonical is not None else None
 
 
 def _dgx_topology(n: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
@@ -50,6 +52,9 @@ class _GpuTypeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     memory_mib: int = Field(gt=0)
     cost_per_hour: float = Field(1.0, gt=0)
+    aliases: list[str] = Field(default_factory=list, description=(
+        "other spellings of this type in job logs and node labels (sacct gres types, "
+        "nvidia.com/gpu.product values); normalised spellings match without being listed"))
 
 
 class _NodeSpec(BaseModel):
@@ -87,16 +92,23 @@ def inventory_from_mapping(data: Mapping[str, Any], origin: str = "inventory") -
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise InputError(f"{origin}: {problems}") from None
     types = {name: GpuType(name, t.memory_mib, t.cost_per_hour) for name, t in spec.gpu_types.items()}
+    aliases = {alias: name for name, t in spec.gpu_types.items() for alias in t.aliases}
     nodes: list[Node] = []
     for k, entry in enumerate(spec.nodes):
         where = f"{origin}: nodes.{k} ({entry.name})"
         if entry.gpus and not entry.gpu_type:
             raise InputError(f"{where}: has {entry.gpus} GPUs but no gpu_type")
         if entry.gpu_type and entry.gpu_type not in types:
+            listed = GpuTypeVocabulary(types, aliases).canonical_or_none(entry.gpu_type) if types else None
             known = _gpu_type(entry.gpu_type, {})
-            if known is None:
-                raise InputError(f"{where}: GPU type {entry.gpu_type!r} has no memory size; add it under gpu_types")
-            types[entry.gpu_type] = known
+            if listed is not None:
+                entry = entry.model_copy(update={"gpu_type": listed})
+            elif known is None:
+                raise InputError(f"{where}: GPU type {entry.gpu_type!r} has no memory size; add it under gpu_types "
+                                 f"(known types: {', '.join(DEFAULT_VOCABULARY.known())})")
+            else:
+                entry = entry.model_copy(update={"gpu_type": known.name})
+                types[known.name] = known
         if entry.nvlink_islands == "all":
             islands: tuple[tuple[int, ...], ...] = (tuple(range(entry.gpus)),) if entry.gpus else ()
         elif entry.nvlink_islands == "none":
@@ -121,16 +133,14 @@ def inventory_from_mapping(data: Mapping[str, Any], origin: str = "inventory") -
                               nvlink_islands=islands, numa_of_gpu=numa, rack=rack, block=entry.block,
                               cpus=entry.cpus, mem_mib=entry.mem_mib))
     try:
-        return Inventory(nodes=tuple(nodes), gpu_types=types)
+        return Inventory(nodes=tuple(nodes), gpu_types=types, aliases=aliases)
     except ValueError as exc:
         raise InputError(f"{origin}: {exc}") from None
 
 
 def inventory_from_yaml(path: str | Path) -> Inventory:
     """An inventory from a YAML file (InputError with the line for bad YAML)."""
-    from predictor.policy.presets import read_yaml
-
-    data = read_yaml(path)
+    data = read_yaml_mapping(path, "inventory file")
     return inventory_from_mapping(data, origin=f"inventory file {path}")
 
 

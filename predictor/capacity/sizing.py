@@ -25,13 +25,29 @@ Sizing by prediction is skipped (request kept, warnings still computed) when
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from predictor.capacity.layout import MILLI, ClusterLayout
-from predictor.policy.config import SizingConfig
 
-__all__ = ["SizingOutcome", "size_jobs", "size_request", "describe_sizing"]
+__all__ = ["SizingConfig", "SizingOutcome", "size_jobs", "size_request", "describe_sizing"]
+
+
+class SizingConfig(BaseModel):
+    """The ``sizing`` section of the policy file (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    use_predictions: bool = Field(True, description="choose the GPU flavor from predicted peak memory")
+    margin_fraction: float = Field(0.1, ge=0, le=10, description="memory headroom, fraction of the upper bound")
+    margin_mib: float = Field(1024.0, ge=0, description="memory headroom, MiB, added to the fraction")
+    on_too_small: Literal["upsize", "keep"] = Field("upsize", description=(
+        "when the requested GPU type cannot hold the predicted peak: move the job to a type that can "
+        "(upsize) or keep the request and only warn (keep)"))
+    waste_ratio: float = Field(2.0, gt=1, description="warn when the GPU holds this many times the need")
+
 
 
 @dataclass(frozen=True, eq=False)

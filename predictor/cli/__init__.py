@@ -2,7 +2,9 @@
 
 Each command group lives in its own module in this package and exposes ``register(app)`` plus an
 integer ``ORDER`` that fixes where it appears in ``--help``. Modules are discovered at start-up, so
-adding a command never edits this file.
+adding a command never edits this file. Commands of higher layers (``predictor serve``, in
+``serving.cli``) register through the ``predictor.commands`` entry point group, so this package
+never imports them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import importlib
 import os
 import pkgutil
 import sys
+from importlib.metadata import entry_points
 
 # Tables written to a file or a CI log (no terminal) get room for their columns instead of rich's 80.
 if "COLUMNS" not in os.environ and not sys.stderr.isatty():
@@ -49,6 +52,8 @@ def _register_commands() -> None:
         mod = importlib.import_module(f"{__name__}.{info.name}")
         if hasattr(mod, "register"):
             modules.append(mod)
+    for ep in entry_points(group="predictor.commands"):
+        modules.append(ep.load())
     for mod in sorted(modules, key=lambda m: (getattr(m, "ORDER", 100), m.__name__)):
         mod.register(app)
 

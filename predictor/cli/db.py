@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from predictor.config import get_settings
+from predictor.engine.wiring import get_engine_settings as get_settings
 
 ORDER = 61
 

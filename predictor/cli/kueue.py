@@ -16,8 +16,8 @@ import yaml
 
 from features.errors import InputError
 from predictor.adapters.cluster_policy import load_cluster_policy
-from predictor.adapters.crd_validation import CrdSchemas
-from predictor.adapters.kueue_manifests import KueueNaming, all_manifests, host_resources, node_label_commands
+from predictor.adapters.kueue.crd_validation import CrdSchemas
+from predictor.adapters.kueue.manifests import KueueNaming, all_manifests, host_resources, node_label_commands
 from predictor.capacity.inventory_sources import load_inventory
 
 ORDER = 75
@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the API calls instead of making them.")] = False,
     ) -> None:
         """Create or update the same objects through the Kubernetes API (idempotent)."""
-        from predictor.adapters.kueue import KueueAdapter
+        from predictor.adapters.kueue.adapter import KueueAdapter
 
         objs, naming, _ = _build(policy, inventory, api_version, cohort, flavor_label)
         result = KueueAdapter(naming=naming).ensure_objects(objs, dry_run=dry_run)

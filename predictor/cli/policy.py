@@ -155,8 +155,8 @@ def register(app: typer.Typer) -> None:
         from dataclasses import asdict
 
         from predictor.capacity.inventory_sources import load_inventory
-        from predictor.policy.builders import snapshot_from_jobs
         from predictor.policy.scheduler import decide
+        from tests.builders import snapshot_from_jobs
 
         frame = conform(_read_table(jobs, "job"))
         preds = _read_table(predictions, "predictions") if predictions is not None else None

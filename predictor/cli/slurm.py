@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from predictor.adapters.cluster_policy import load_cluster_policy
-from predictor.adapters.slurm_config import (
+from predictor.adapters.slurm.config import (
     account_commands,
     priority_weight_lines,
     qos_commands,

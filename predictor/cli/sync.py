@@ -36,8 +36,8 @@ def make_adapter(target: str, slurm_conf: Path | None, kube_api_version: str, mo
                  retries: int = 5, slurm_priority_mode: str = "absolute") -> ClusterAdapter:
     """The adapter for ``target`` (``slurm`` or ``kueue``)."""
     if target == "slurm":
-        from predictor.adapters.slurm import SlurmAdapter, SlurmOptions
-        from predictor.adapters.slurm_commands import SlurmCommands
+        from predictor.adapters.slurm.adapter import SlurmAdapter, SlurmOptions
+        from predictor.adapters.slurm.commands import SlurmCommands
 
         conf = slurm_conf or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF") else None)
         if conf is not None and not conf.is_file():
@@ -51,8 +51,8 @@ def make_adapter(target: str, slurm_conf: Path | None, kube_api_version: str, mo
     if target == "kueue":
         from kubernetes.config import ConfigException
 
-        from predictor.adapters.kueue import KueueAdapter
-        from predictor.adapters.kueue_manifests import KueueNaming
+        from predictor.adapters.kueue.adapter import KueueAdapter
+        from predictor.adapters.kueue.manifests import KueueNaming
 
         try:
             return KueueAdapter(naming=KueueNaming(api_version=kube_api_version), move_queues=move_queues,
@@ -117,13 +117,13 @@ def register(app: typer.Typer) -> None:
         """Pull pending jobs, decide, and apply the decisions to Slurm or Kueue."""
         adapter = make_adapter(target, slurm_conf, kube_api_version, move_queues, retries, slurm_priority_mode)
         source: DecisionSource
-        from predictor.config import Settings
+        from predictor.engine.wiring import get_engine_settings
 
-        settings = Settings()
+        settings = get_engine_settings()
         if service:
             source = ServiceDecisions(service, token)
         elif decider == "engine":
-            from predictor.engine import build_engine
+            from predictor.engine.wiring import build_engine
 
             engine, _ = build_engine(settings)
             source = EngineDecisions(engine)

@@ -6,9 +6,9 @@ Entry points (import them from their modules):
   the service and the replay both call;
 * ``predictor.policy.presets.load_policy(path, preset=...)`` - the validated policy;
 * ``predictor.policy.snapshot`` (``ClusterSnapshot``, ``PendingJobs``, ``RunningJobs``) and
-  ``predictor.policy.builders`` (``SnapshotBuilder``, ``make_job``, ``snapshot_from_jobs``);
+  ``tests.builders`` (``SnapshotBuilder``, ``make_job``, ``snapshot_from_jobs``);
 * ``predictor.policy.ledger.FairShareLedger`` - decayed team usage;
 * ``predictor.policy.decision`` - the Decision contract.
 
-See README.md (The rules layer) for the rules.
+See docs/rules-layer.md for the rules.
 """

@@ -1,6 +1,6 @@
 """Phase 4 of ``decide()``: walk the queue in priority order and decide each job.
 
-Rules (named here, stated in README.md (The rules layer) and in the modules they come from): *reject*
+Rules (named here, stated in docs/rules-layer.md (*One cycle*) and in the modules they come from): *reject*
 what can never run; *strict FIFO* blocking; *quota admission* (``quota``); *best-class placement*
 and *backfill by p90* (``capacity.book``); *wait for a better placement*; *preemption trigger*,
 *preemption worth it* (``preemption.max_loss_ratio``), *victim choice* (``preemption``) and
@@ -22,8 +22,8 @@ from predictor.capacity.placement import GangChoice
 from predictor.policy.context import CycleContext
 from predictor.policy.factors.base import hours
 from predictor.policy.plan import Outcome
+from predictor.policy.preemption import choose_victims, milli_of, work_lost_s
 from predictor.policy.quota import QuotaBook
-from predictor.preemption import choose_victims, milli_of, work_lost_s
 
 __all__ = ["Admission"]
 

@@ -16,6 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from predictor.capacity.sizing import SizingConfig
+
 __all__ = [
     "PolicyConfig",
     "TierConfig",
@@ -39,6 +41,11 @@ KUEUE_PRIORITY_CLASS_MAX = 1_000_000_000
 
 HOUR = 3600.0
 DAY = 24 * HOUR
+
+#: Names the policy file may use; ``predictor.policy.factors.FACTORS`` and
+#: ``predictor.policy.ordering.ORDERINGS`` register exactly these (checked when they are built).
+FACTOR_NAMES: tuple[str, ...] = ("tier", "sla", "age", "fairshare", "shortness", "topology")
+ORDERING_NAMES: tuple[str, ...] = ("multifactor", "fifo", "sjf", "qssf", "las", "kueue")
 
 
 class _Section(BaseModel):
@@ -106,7 +113,7 @@ class FactorSettings(_Section):
 
 
 class AgingConfig(_Section):
-    """Rule *starvation guard* (``predictor.policy.ordering``; bound and proof in README.md (The rules layer))."""
+    """Rule *starvation guard* (``predictor.policy.ordering``; bound and proof in docs/rules-layer.md, *The no-starvation bound*)."""
 
     starvation_after_s: float | None = Field(DAY, gt=0, description=(
         "starvation guard: the longest a job waits before it starves (T_max); a starving job is ordered "
@@ -167,16 +174,6 @@ class PlacementConfig(_Section):
     wait_for_better: bool = Field(True, description=(
         "hold a job for a better placement class when its predicted completion is earlier that way"))
     wait_margin_s: float = Field(60.0, ge=0, description="required gain in predicted completion to wait")
-
-
-class SizingConfig(_Section):
-    use_predictions: bool = Field(True, description="choose the GPU flavor from predicted peak memory")
-    margin_fraction: float = Field(0.1, ge=0, le=10, description="memory headroom, fraction of the upper bound")
-    margin_mib: float = Field(1024.0, ge=0, description="memory headroom, MiB, added to the fraction")
-    on_too_small: Literal["upsize", "keep"] = Field("upsize", description=(
-        "when the requested GPU type cannot hold the predicted peak: move the job to a type that can "
-        "(upsize) or keep the request and only warn (keep)"))
-    waste_ratio: float = Field(2.0, gt=1, description="warn when the GPU holds this many times the need")
 
 
 class PreemptionConfig(_Section):
@@ -277,20 +274,16 @@ class PolicyConfig(_Section):
     @field_validator("ordering")
     @classmethod
     def _known_ordering(cls, v: str) -> str:
-        from predictor.policy.ordering import ORDERINGS
-
-        if v not in ORDERINGS:
-            raise ValueError(f"unknown ordering {v!r}; choose one of {', '.join(sorted(ORDERINGS))}")
+        if v not in ORDERING_NAMES:
+            raise ValueError(f"unknown ordering {v!r}; choose one of {', '.join(sorted(ORDERING_NAMES))}")
         return v
 
     @field_validator("weights")
     @classmethod
     def _known_factors(cls, v: dict[str, float]) -> dict[str, float]:
-        from predictor.policy.factors import FACTORS
-
-        unknown = sorted(set(v) - set(FACTORS))
+        unknown = sorted(set(v) - set(FACTOR_NAMES))
         if unknown:
-            raise ValueError(f"unknown factor(s) {', '.join(unknown)}; known: {', '.join(sorted(FACTORS))}")
+            raise ValueError(f"unknown factor(s) {', '.join(unknown)}; known: {', '.join(sorted(FACTOR_NAMES))}")
         bad = sorted(k for k, w in v.items() if not (w >= 0 and w < float("inf")))
         if bad:
             raise ValueError(f"weight of {', '.join(bad)} must be a finite number >= 0")

@@ -26,7 +26,7 @@ them (all when null; jobs that can never run on this cluster are left out) form 
 others keep their normal priority until a band member leaves the queue. Hence a job in the band is
 ordered ahead of every job that starts starving after it, and a job reaches the band once fewer
 than ``guard_depth`` jobs that started starving before it are still pending (bound and proof in
-README.md (The rules layer)).
+docs/rules-layer.md, *The no-starvation bound*).
 
 Integer priorities (``Decision.priority``, Slurm's uint32 scale): an ordering maps its key into
 ``1 .. 2**31 - 1``, monotone with the order (equal keys may share a value); the guard band uses
@@ -42,7 +42,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from predictor.capacity.layout import MILLI
-from predictor.policy.config import AgingConfig, PolicyConfig
+from predictor.policy.config import ORDERING_NAMES, AgingConfig, PolicyConfig
 from predictor.policy.context import CycleContext
 from predictor.policy.factors import FACTORS, PriorityFactor
 from predictor.policy.factors.base import hours
@@ -265,6 +265,8 @@ ORDERINGS: dict[str, type[Ordering]] = {
     cls.name: cls  # type: ignore[misc]
     for cls in (MultifactorOrdering, FifoOrdering, SjfOrdering, QssfOrdering, LasOrdering, KueueOrdering)
 }
+if tuple(ORDERINGS) != ORDERING_NAMES:  # pragma: no cover - an ordering added without its name in the schema
+    raise ImportError(f"ORDERINGS {tuple(ORDERINGS)} differ from policy.config.ORDERING_NAMES {ORDERING_NAMES}")
 
 
 def order_pending(ctx: CycleContext, keys: OrderKeys, aging: AgingConfig | float | None

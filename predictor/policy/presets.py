@@ -19,6 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from features.errors import InputError
+from features.yaml_files import read_yaml_mapping
 from predictor.policy.config import PolicyConfig
 
 __all__ = ["load_policy", "policy_from_mapping", "preset_names", "read_yaml", "default_policy_path",
@@ -39,26 +40,8 @@ def preset_names() -> tuple[str, ...]:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML mapping from ``path``; InputError with the line for bad YAML, a missing file or a non-mapping."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"policy file {path} does not exist") from None
-    except OSError as exc:
-        raise InputError(f"policy file {path} cannot be read: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"policy file {path}:{where}: not valid YAML ({problem})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise InputError(f"policy file {path}: expected a mapping of settings at the top, got {type(data).__name__}")
-    return data
+    """A policy file's mapping (``features.yaml_files.read_yaml_mapping`` with policy-file messages)."""
+    return read_yaml_mapping(path, "policy file")
 
 
 def format_validation_error(exc: ValidationError, origin: str) -> str:

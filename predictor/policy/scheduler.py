@@ -1,7 +1,7 @@
 """``decide(snapshot, policy) -> SchedulePlan``: the one scheduling function production and replay call.
 
 One cycle, top to bottom (after Kueue's scheduler; rules are named in the module docstrings of
-``predictor.capacity.book``, ``placement``, ``sizing``, ``predictor.preemption``, ``ordering``):
+``predictor.capacity.book``, ``placement``, ``sizing``, ``predictor.policy.preemption``, ``ordering``):
 
 1. **snapshot**  open a capacity book: free shares now, when each GPU frees up (running jobs' p90).
 2. **nominate**  size every pending job: the GPU types it may use (flavor from predicted memory).

@@ -10,7 +10,7 @@ Units: seconds and epoch seconds (``*_s``, ``*_ts``), MiB, thousandths of a GPU 
 Unknown numbers are NaN (never 0 or -1). GPU indices are the global indices of
 ``predictor.capacity.layout.ClusterLayout`` (node-contiguous, inventory order).
 
-Builders that start from records or DataFrames live in ``predictor.policy.builders``.
+Builders that start from records or DataFrames live in ``tests.builders``.
 """
 
 from __future__ import annotations

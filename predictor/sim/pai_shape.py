@@ -20,7 +20,7 @@ sample mean run time, avg JCT - avg wait = 5,038 s):
 * arrivals: 1,000 jobs per 60 s, in random order (the simulator shuffles its sample).
 
 What differs from the original, and therefore from its FIFO/SJF ratio, is documented in
-``README.md (Trace replay)`` (the CPU dimension it also schedules, the real duration-size correlation,
+``docs/replay.md`` (Validation against the PAI simulator) (the CPU dimension it also schedules, the real duration-size correlation,
 multi-instance jobs).
 """
 

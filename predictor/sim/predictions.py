@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from features.schema import PLACEMENT_CLASSES
+from models.memory import fitting_types
 from models.prediction import PREDICTION_COLUMNS, SLOWDOWN_COLUMNS
 from predictor.capacity.inventory import Inventory
 from predictor.sim.workload import JobTable
@@ -100,19 +101,10 @@ class PredictionSource(Protocol):
 
 
 def fits_types(peak_mib: np.ndarray, inventory: Inventory) -> np.ndarray:
-    """Comma-separated GPU types of ``inventory`` whose memory holds each peak (all when unknown)."""
-    types = sorted(inventory.gpu_types.values(), key=lambda t: t.memory_mib)
-    names = np.array([t.name for t in types], dtype=object)
-    mem = np.array([t.memory_mib for t in types], dtype="float64")
-    everything = ",".join(names)
-    out = np.empty(len(peak_mib), dtype=object)
-    known = np.isfinite(peak_mib)
-    out[~known] = everything
-    if known.any():
-        first = np.searchsorted(mem, peak_mib[known], side="left")  # first type with memory >= peak
-        suffixes = [",".join(names[k:]) for k in range(len(names) + 1)]
-        out[known] = [suffixes[k] for k in first]
-    return out
+    """Comma-separated GPU types of ``inventory`` whose memory holds each peak (rule *fits*,
+    ``models.memory.fitting_types``: all of them when the peak is unknown)."""
+    memory = {name: float(t.memory_mib) for name, t in inventory.gpu_types.items()}
+    return np.array(fitting_types(np.asarray(peak_mib, dtype=float), memory), dtype=object)
 
 
 @dataclass(frozen=True)

@@ -299,7 +299,7 @@ def render_html(doc: dict, records: list[ReplayRecord], config: MetricsConfig) -
 <h1>Trace replay: policy comparison</h1>
 <h2>Metrics</h2>{_metric_table(doc)}
 <p class="note">Best value per column highlighted. Definitions: predictor/sim/metrics.py and
-README.md (Trace replay). Starved: waited more than {config.starvation_s:,.0f} s. Jain's index over
+docs/replay.md (Metric definitions). Starved: waited more than {config.starvation_s:,.0f} s. Jain's index over
 per-team share / entitlement in {w:,.0f} s windows.</p>
 {imgs}
 <h2>Jobs, losses and replay speed</h2>{_extra_table(doc)}

@@ -6,16 +6,25 @@ store's write turn, so several workers starting at once apply each migration exa
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
-if TYPE_CHECKING:
-    from predictor.store.database import Database
+
+class Database(Protocol):
+    """What migrating needs of ``predictor.store.database.Database`` (which imports this module)."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    def writing(self) -> AbstractContextManager[Session]: ...
 
 __all__ = ["MIGRATIONS_DIR", "alembic_config", "upgrade", "current_revision", "head_revision"]
 

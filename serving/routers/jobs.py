@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Response, status
 from sqlalchemy import select
 
-from predictor.store.errors import NotFoundError
+from predictor.queue.errors import NotFoundError
 from predictor.store.jobs import job_doc
 from predictor.store.tables import JobRow
 from serving.deps import PrincipalDep, ServiceDep

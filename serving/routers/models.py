@@ -7,7 +7,7 @@ import time
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 
-from predictor.engine import promote_model
+from predictor.engine.wiring import promote_model
 from predictor.store import record_audit
 from serving.deps import AdminOnly, PrincipalDep, ServiceDep
 from serving.schemas.models import PromotionRequest, PromotionResult

@@ -6,7 +6,7 @@ import time
 
 from fastapi import APIRouter
 
-from predictor.store.views import queue_view, reservations_view, teams_view
+from predictor.queue.views import queue_view, reservations_view, teams_view
 from serving.deps import PrincipalDep, ServiceDep
 from serving.schemas.queue import QueueView, ReservationList, TeamList
 

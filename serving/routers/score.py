@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import Response
 
-from predictor.queue_picture import frame_of
+from predictor.engine.queue_picture import frame_of
 from serving.convert import job_columns, score_response
 from serving.deps import PrincipalDep, ServiceDep
 from serving.schemas.jobs import JobSpec

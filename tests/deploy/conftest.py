@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from predictor.adapters.crd_validation import CrdSchemas
+from predictor.adapters.kueue.crd_validation import CrdSchemas
 from tests.conftest import SHARED_DATA, require
 
 

@@ -20,7 +20,7 @@ import typer
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, latest_version
 
-from predictor.adapters.crd_validation import CrdSchemas
+from predictor.adapters.kueue.crd_validation import CrdSchemas
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from predictor.config import Settings
+from serving.settings import Settings
 from tests.deploy.manifests import (
     KUSTOMIZE,
     OVERLAYS,

@@ -9,12 +9,12 @@ import re
 import pytest
 from kubernetes import client
 
-from predictor.adapters.kueue import KueueAdapter
+from predictor.adapters.kueue.adapter import KueueAdapter
 from predictor.adapters.retry import RetryPolicy
 from predictor.policy.decision import Decision, EvictionPlan, Placement, Priority, Victim
-from tests.adapters.kube_emulator import kube_emulator
-from tests.adapters.kueue_objects import batch_job, workload
 from tests.deploy.manifests import KUSTOMIZE, render
+from tests.predictor.adapters.kube_emulator import kube_emulator
+from tests.predictor.adapters.kueue_objects import batch_job, workload
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 NOW = 1_795_990_000.0

@@ -56,7 +56,7 @@ def test_unknown_analytic_estimate_gives_no_prediction() -> None:
 
 @pytest.mark.parametrize(
     ("upper", "expected"),
-    [(10_000.0, "A,B"), (20_000.0, "B"), (50_000.0, ""), (np.nan, "")],
+    [(10_000.0, "A,B"), (20_000.0, "B"), (50_000.0, ""), (np.nan, "A,B")],
     ids=["both", "bigger-only", "none", "unknown"],
 )
 def test_fitting_types(upper: float, expected: str) -> None:

@@ -12,9 +12,9 @@ with warnings.catch_warnings():  # starlette suggests httpx2; the httpx-based cl
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-from predictor.config import Settings, TokenSpec
 from serving.app import create_app
 from serving.service import build_service
+from serving.settings import Settings, TokenSpec
 from tests.serving.doubles import no_model_slot
 
 TOKENS = {

@@ -1,5 +1,5 @@
 """Predictors for tests: the real fallback behind a registry with no model, and a stand-in for
-registered model versions in the unit tests of the reload mechanics (tests/predictor/test_model_slot.py),
+registered model versions in the unit tests of the reload mechanics (tests/predictor/engine/test_model_slot.py),
 which need many cheap predictors that each say which version they are (half the time limit as p50,
 20 GiB per GPU, placement slowdown 1.0, 1.1, ... 1.4). Real trained versions behind a real MLflow
 registry are swapped in tests/serving/test_hot_reload.py."""
@@ -12,7 +12,7 @@ import pandas as pd
 from features.schema import PLACEMENT_CLASSES
 from models.fallback import FallbackPredictor
 from models.prediction import PREDICTION_COLUMNS
-from predictor.model_slot import ModelSlot
+from predictor.engine.model_slot import ModelSlot
 
 
 class TimeLimitPredictor:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from predictor.config import get_settings
 from serving.app import create_app
 from serving.service import build_service
+from serving.settings import get_settings
 from tests.serving.doubles import no_model_slot
 
 

@@ -77,7 +77,7 @@ def test_model_age_counts_from_registration() -> None:
 def test_registration_time_read_from_a_real_registry(client: TestClient, tmp_path: Path) -> None:
     from mlflow import MlflowClient
 
-    from predictor.model_slot import LoadedModel
+    from predictor.engine.model_slot import LoadedModel
 
     service = client.service  # type: ignore[attr-defined]
     registry = MlflowClient(tracking_uri=service.settings.mlflow_tracking_uri)

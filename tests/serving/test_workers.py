@@ -15,9 +15,9 @@ from websockets.sync.client import connect
 
 from predictor.store import Database
 from predictor.store.tables import JobRow, StreamEventRow
+from tests.predictor.store.postgres import reset_postgres
 from tests.serving.conftest import auth
 from tests.serving.live import live_server, server_env
-from tests.store.postgres import reset_postgres
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(240)]
 JOB = {"job_id": "same-job", "num_gpus": 8, "team": "nlp", "time_limit_s": 3600}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from predictor.policy.config import FACTOR_NAMES
 from predictor.policy.factors.age import AgeFactor
 from predictor.policy.factors.base import PriorityFactor
 from predictor.policy.factors.fairshare import FairShareFactor
@@ -18,3 +19,5 @@ FACTORS: dict[str, type[PriorityFactor]] = {
     cls.name: cls
     for cls in (TierFactor, SlaFactor, AgeFactor, FairShareFactor, ShortnessFactor, TopologyFactor)
 }
+if tuple(FACTORS) != FACTOR_NAMES:  # pragma: no cover - a factor added without its name in the policy schema
+    raise ImportError(f"FACTORS {tuple(FACTORS)} differ from policy.config.FACTOR_NAMES {FACTOR_NAMES}")

@@ -3,7 +3,7 @@
 A factor turns the pending jobs of one cycle into values in [0, 1] (vectorised: one numpy pass over
 all jobs) and explains one job's value in a sentence. The multifactor ordering multiplies each value
 by the factor's weight from the policy and sums (Slurm's multifactor plugin, see
-README.md (The rules layer)). A factor is chosen by name from ``predictor.policy.factors.FACTORS``.
+docs/rules-layer.md, *Priority*). A factor is chosen by name from ``predictor.policy.factors.FACTORS``.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 import pandas as pd
 
 from predictor.capacity.inventory import homogeneous_inventory
-from predictor.policy.builders import snapshot_from_jobs
 from predictor.policy.presets import policy_from_mapping
 from predictor.policy.scheduler import decide
+from tests.builders import snapshot_from_jobs
 
 
 def _table():

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from predictor.capacity.inventory import homogeneous_inventory
-from predictor.policy.builders import SnapshotBuilder, make_job, make_running
 from predictor.policy.config import PolicyConfig
 from predictor.policy.factors import FACTORS, PriorityFactor, sla_at_risk
 from predictor.policy.presets import policy_from_mapping
 from predictor.policy.scheduler import open_cycle
+from tests.builders import SnapshotBuilder, make_job, make_running
 
 INV = homogeneous_inventory(32, nodes_per_rack=2)  # 4 nodes x 8 GPUs, 2 racks
 POLICY = PolicyConfig()

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from features.errors import InputError
 from predictor.capacity.inventory import homogeneous_inventory
-from predictor.policy.builders import SnapshotBuilder, make_job
 from predictor.policy.config import PolicyConfig
 from predictor.policy.ledger import FairShareLedger, JobEvent
 from predictor.policy.scheduler import open_cycle
+from tests.builders import SnapshotBuilder, make_job
 
 H = 3600.0
 HL = 10 * H  # half-life used in these tests

@@ -4,11 +4,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from predictor.capacity.inventory import homogeneous_inventory
-from predictor.policy.builders import SnapshotBuilder, make_job, make_running
 from predictor.policy.decision import KUEUE_PRIORITY_MAX, SLURM_PRIORITY_MAX, Decision
 from predictor.policy.ordering import GUARD_BASE, NORMAL_MAX, ORDERINGS, order_pending
 from predictor.policy.presets import load_policy, policy_from_mapping
 from predictor.policy.scheduler import open_cycle
+from tests.builders import SnapshotBuilder, make_job, make_running
 
 INV = homogeneous_inventory(16)
 

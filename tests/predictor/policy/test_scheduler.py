@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from predictor.capacity.inventory import Inventory, Node, homogeneous_inventory
-from predictor.policy.builders import SnapshotBuilder, make_job, make_running
 from predictor.policy.presets import load_policy, policy_from_mapping
 from predictor.policy.scheduler import decide
+from tests.builders import SnapshotBuilder, make_job, make_running
 
 TWO_NODES = homogeneous_inventory(16)  # node-0000, node-0001: 8 GPUs each, one rack
 OURS = load_policy()

@@ -1,4 +1,4 @@
-"""Properties of decide() on random clusters (hypothesis): the guarantees README.md (The rules layer) states."""
+"""Properties of decide() on random clusters (hypothesis): the guarantees docs/rules-layer.md states."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from predictor.capacity.inventory import Inventory, Node
 from predictor.capacity.layout import ClusterLayout
 from predictor.capacity.placement import find_gang
-from predictor.policy.builders import SnapshotBuilder, make_job, make_running
 from predictor.policy.presets import load_policy as _load_policy
 from predictor.policy.presets import policy_from_mapping
 from predictor.policy.scheduler import decide
+from tests.builders import SnapshotBuilder, make_job, make_running
 
 INV = Inventory(nodes=tuple(
     Node(f"n{i}", "A100-80GB", 4, nvlink_islands=((0, 1), (2, 3)), numa_of_gpu=(0, 0, 1, 1), rack=f"r{i // 2}")

@@ -1,4 +1,4 @@
-"""The no-starvation bound over time, through the real replay (README.md (The rules layer), *The
+"""The no-starvation bound over time, through the real replay (docs/rules-layer.md, *The
 no-starvation bound*): with the default weights and exact predictions (every job ends by its p90), a
 job J waits at most
 
