@@ -9,6 +9,7 @@ import pytest
 
 from predictor.adapters.kueue.crd_validation import CrdSchemas
 from tests.conftest import SHARED_DATA, require
+from tests.integration.slurm_cluster import slurm_cluster  # noqa: F401 - the session's real Slurm, as a fixture
 from tests.serving.conftest import client, settings  # noqa: F401 - the in-process app, for its /metrics
 
 
