@@ -11,8 +11,9 @@ Priority classes (Slurm QoS, Kubernetes PriorityClasses) map to the policy's tie
 (``production``, or a name the shipped policy already aliases: ``high`` -> production), then by
 words in the name (``debug``, ``interactive`` -> debug; ``low``, ``scavenger``, ``preempt``,
 ``standby``, ``spot`` -> best_effort; ``high``, ``prod``, ``urgent``, ``critical`` -> production),
-then by their priority value: the top third of the remaining classes production, the bottom third
-best_effort, the rest research.
+then by their priority value: above a class that already means research (Slurm's ``normal``)
+production, below it best_effort; without such a class the top third of the remaining classes
+production, the bottom third best_effort, the rest research.
 """
 
 from __future__ import annotations
@@ -145,6 +146,13 @@ def tier_aliases_for(classes: Sequence[PriorityClass], tiers: Sequence[str],
             out[c.name] = word
         else:
             rest.append(c)
+    anchors = [c.priority for c in classes if out.get(c.name, c.name) == "research"]
+    if anchors:  # a class already means research (Slurm's "normal"): above it production, below best_effort
+        for c in rest:
+            tier = "production" if c.priority > max(anchors) else "best_effort" if c.priority < min(anchors) \
+                else "research"
+            out[c.name] = tier if tier in tiers else tiers[-1]
+        return out
     ranked = sorted(rest, key=lambda c: (-c.priority, c.name))
     n = len(ranked)
     for i, c in enumerate(ranked):
