@@ -100,6 +100,7 @@ _SPEC: dict[str, tuple[str, str]] = {
     # labels
     "peak_vram_mib": ("float", "measured peak GPU memory per GPU, MiB"),
     "placement_class": ("str", "placement the job ran on, one of PLACEMENT_CLASSES"),
+    "nodes": ("str", "nodes the job runs or ran on, comma-separated (a Slurm host list expanded)"),
     "throughput": ("float", "measured progress rate (e.g. samples/s or steps/s)"),
     # provenance
     "source": ("str", "reader that produced the row"),

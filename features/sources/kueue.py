@@ -3,15 +3,17 @@ of ``kueue.x-k8s.io/v1beta1`` or ``v1beta2`` ``Workload`` objects; field names f
 
 Mapping (one row per Workload):
 
-- job_id = ``<namespace>/<name>``; team = namespace; queue = ``spec.queueName`` (the LocalQueue);
+- job_id = ``<namespace>/<name>`` (namespace ``default`` when the object names none); team = namespace; queue = ``spec.queueName`` (the LocalQueue);
   tier = ``spec.priorityClassName`` (v1beta1) or ``spec.priorityClassRef.name`` (v1beta2); extras:
   ``cluster_queue`` (``status.admission.clusterQueue``), ``priority``, ``evictions`` (sum of
-  ``status.schedulingStats.evictions[].count``). Workloads record no user: user stays null.
+  ``status.schedulingStats.evictions[].count``); job_name = the controller owner's name (the Job,
+  JobSet, PyTorchJob...), else the Workload's. Workloads record no user: user stays null.
 - Request: each pod set's ``count`` x its pod's requests (containers summed, init containers taken
   as the max, limits used where an extended resource has no request); ``status.resourceRequests``
   (totals after LimitRange defaults) wins when present. ``nvidia.com/gpu`` (or ``amd.com/gpu``) ->
   num_gpus, ``cpu`` -> cpus, ``memory`` -> mem_mib. gpu_type = the ResourceFlavor assigned to the GPU
-  resource (``status.admission.podSetAssignments[].flavors``), else a GPU product node selector.
+  resource (``status.admission.podSetAssignments[].flavors``), else a GPU product node selector, named
+  through ``features.gpu_types`` where the name is one it knows.
   time_limit_s = ``spec.maximumExecutionTimeSeconds``, else the pod's ``activeDeadlineSeconds``.
 - Times: submit = ``metadata.creationTimestamp``; start = the ``Admitted=True`` condition's
   ``lastTransitionTime`` (the last admission); end = the ``Finished`` condition's. A workload that
@@ -27,7 +29,7 @@ Mapping (one row per Workload):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from features.gpu_types import DEFAULT_VOCABULARY
+from features.schema import conform
 from features.sources._base import DEFAULT_CHUNK_ROWS, READER_REJECT, Reader, batched, parse_timestamps
 from features.sources.jsonstream import iter_records
 
@@ -79,23 +83,48 @@ class KueueReader(Reader):
                     yield self._frame([workload_record(item) for item in batch])
 
     def _frame(self, records: list[dict[str, Any]]) -> pd.DataFrame:
-        frame = pd.DataFrame.from_records(records)
-        for col in ("submit_ts", "start_ts", "end_ts", "accumulated_s", READER_REJECT):
-            if col not in frame:
-                frame[col] = None
-        frame[READER_REJECT] = frame[READER_REJECT].astype("string")
-        for col in ("submit_ts", "start_ts", "end_ts"):
-            values = frame.pop(col)
-            raw = pa.array([v if isinstance(v, str) else (None if v is None or v != v else str(v)) for v in values],
-                           pa.string())
-            frame[col], bad = parse_timestamps(raw, RFC3339, "UTC")
-            frame.loc[bad & frame[READER_REJECT].isna().to_numpy(), READER_REJECT] = f"unparseable {col} timestamp"
-        # a workload evicted for good lost its Admitted time; Kueue's accumulated execution time gives it back
-        accumulated = pd.to_numeric(frame.pop("accumulated_s"), errors="coerce").to_numpy(dtype="float64")
-        recover = np.isnan(frame["start_ts"].to_numpy()) & ~np.isnan(frame["end_ts"].to_numpy()) & ~np.isnan(accumulated)
-        frame.loc[recover, "start_ts"] = frame.loc[recover, "end_ts"] - accumulated[recover]
-        frame["source"] = self.name
-        return frame
+        return records_frame(records, self.name)
+
+
+def records_frame(records: list[dict[str, Any]], source: str = "kueue") -> pd.DataFrame:
+    """``workload_record`` results as a table: times parsed to epoch seconds (an unparseable one
+    rejects the row), a lost start recovered from Kueue's accumulated execution time, GPU types
+    named through ``features.gpu_types``."""
+    frame = pd.DataFrame.from_records(records)
+    for col in ("submit_ts", "start_ts", "end_ts", "accumulated_s", "gpu_type", READER_REJECT):
+        if col not in frame:
+            frame[col] = None
+    frame[READER_REJECT] = frame[READER_REJECT].astype("string")
+    for col in ("submit_ts", "start_ts", "end_ts"):
+        values = frame.pop(col)
+        raw = pa.array([v if isinstance(v, str) else (None if v is None or v != v else str(v)) for v in values],
+                       pa.string())
+        frame[col], bad = parse_timestamps(raw, RFC3339, "UTC")
+        frame.loc[bad & frame[READER_REJECT].isna().to_numpy(), READER_REJECT] = f"unparseable {col} timestamp"
+    # a workload evicted for good lost its Admitted time; Kueue's accumulated execution time gives it back
+    accumulated = pd.to_numeric(frame.pop("accumulated_s"), errors="coerce").to_numpy(dtype="float64")
+    recover = np.isnan(frame["start_ts"].to_numpy()) & ~np.isnan(frame["end_ts"].to_numpy()) & ~np.isnan(accumulated)
+    frame.loc[recover, "start_ts"] = frame.loc[recover, "end_ts"] - accumulated[recover]
+    frame["gpu_type"] = DEFAULT_VOCABULARY.canonicalise(frame["gpu_type"].tolist())
+    frame["source"] = source
+    return frame
+
+
+def workload_frame(objects: Iterable[dict[str, Any]], now: float) -> pd.DataFrame:
+    """Canonical rows (``conform``-typed) of Workload objects as the Kubernetes API returns them, for the
+    adapter: the reader's mapping, with a running workload's observed run time up to ``now`` and the
+    extras ``priority``, ``cluster_queue``, ``evictions`` and ``parse_error`` (None when usable)."""
+    records = [workload_record(o) for o in objects]
+    if not records:
+        return conform(pd.DataFrame({"job_id": pd.Series([], dtype=object)}))
+    frame = records_frame(records)
+    running = (frame["state"] == "RUNNING").to_numpy()
+    start = frame["start_ts"].to_numpy(dtype="float64")
+    duration = np.where(~np.isnan(frame["end_ts"].to_numpy(dtype="float64")),
+                        frame["end_ts"].to_numpy(dtype="float64") - start, np.nan)
+    frame["duration_s"] = np.where(running, np.maximum(now - start, 0.0), duration)
+    frame["censored"] = frame["state"].isin(["PENDING", "RUNNING"]).to_numpy()
+    return conform(frame.rename(columns={READER_REJECT: "parse_error"}))
 
 
 def _condition(conds: list[dict], kind: str, status: str = "True") -> dict | None:
@@ -181,6 +210,13 @@ def _outcome(spec: dict, conds: list[dict]) -> tuple[str, str | None]:
     return "PENDING", None
 
 
+def _owner_name(meta: dict) -> str | None:
+    """The name of the object the Workload was made for (its controller owner, e.g. the batch Job)."""
+    owners = meta.get("ownerReferences") or []
+    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else {})
+    return owner.get("name")
+
+
 def workload_record(item: Any) -> dict[str, Any]:
     """One Workload object -> canonical fields (times still as RFC 3339 strings)."""
     if not isinstance(item, dict) or item.get("kind", "Workload") != "Workload":
@@ -188,9 +224,9 @@ def workload_record(item: Any) -> dict[str, Any]:
         return {"job_id": None, READER_REJECT: f"not a Workload (kind {kind!r})"}
     meta, spec, status = item.get("metadata") or {}, item.get("spec") or {}, item.get("status") or {}
     conds = status.get("conditions") or []
-    name, namespace = meta.get("name"), meta.get("namespace")
+    name, namespace = meta.get("name"), meta.get("namespace") or "default"  # Kubernetes' own default
     record: dict[str, Any] = {
-        "job_id": f"{namespace}/{name}" if name and namespace else name,
+        "job_id": f"{namespace}/{name}" if name else None,
         "team": namespace,
         "queue": spec.get("queueName"),
         "tier": spec.get("priorityClassName") or (spec.get("priorityClassRef") or {}).get("name"),
@@ -198,6 +234,7 @@ def workload_record(item: Any) -> dict[str, Any]:
         "cluster_queue": (status.get("admission") or {}).get("clusterQueue"),
         "evictions": sum(int(e.get("count", 0)) for e in (status.get("schedulingStats") or {}).get("evictions") or []),
         "submit_ts": meta.get("creationTimestamp"),
+        "job_name": _owner_name(meta) or name,
         READER_REJECT: None,
     }
     try:

@@ -13,6 +13,7 @@ unit the field uses by default (MiB for requests, bytes for usage).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,8 +22,11 @@ import pyarrow.compute as pc
 
 __all__ = [
     "SLURM_STATES",
+    "expand_hostlist",
     "format_slurm_duration",
+    "gpu_type_from_gres",
     "normalise_slurm_state",
+    "slurm_state",
     "parse_slurm_duration",
     "parse_tres",
     "tres_count",
@@ -35,7 +39,9 @@ __all__ = [
 SLURM_STATES: dict[str, str] = {
     "PENDING": "PENDING", "PD": "PENDING", "REQUEUED": "PENDING", "RQ": "PENDING",
     "REQUEUE_HOLD": "PENDING", "REQUEUE_FED": "PENDING", "RH": "PENDING", "RF": "PENDING",
+    "RESV_DEL_HOLD": "PENDING", "RD": "PENDING",
     "RUNNING": "RUNNING", "R": "RUNNING", "SUSPENDED": "RUNNING", "S": "RUNNING",
+    "CONFIGURING": "RUNNING", "CF": "RUNNING",
     "STOPPED": "RUNNING", "ST": "RUNNING", "RESIZING": "RUNNING", "RS": "RUNNING",
     "COMPLETING": "RUNNING", "CG": "RUNNING", "SIGNALING": "RUNNING", "SO": "RUNNING",
     "STAGE_OUT": "RUNNING",
@@ -68,6 +74,55 @@ def normalise_slurm_state(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
         word = pc.if_else(pc.equal(word, ""), pa.scalar(None, _STR), word)
         mapped = pc.coalesce(mapped, pc.take(values, pc.index_in(word, value_set=keys)), word)
     return pc.if_else(pc.fill_null(pc.equal(text, ""), True), pa.scalar(None, _STR), mapped)
+
+
+def slurm_state(text: str | None) -> str | None:
+    """One Slurm state (``squeue``'s or ``sacct``'s) as a canonical state, by the rule of
+    :func:`normalise_slurm_state`: the first word counts, a trailing ``+`` or ``by <uid>`` is dropped,
+    blank is None and an unknown word passes through upper-cased."""
+    word = re.match(r"\s*([A-Za-z_]*)", str(text or "")).group(1).upper()  # type: ignore[union-attr]
+    if not word:
+        return None
+    return SLURM_STATES.get(word, word)
+
+
+def expand_hostlist(text: str | None) -> tuple[str, ...]:
+    """Expand a Slurm host list: ``gpu[01-03,07],login1`` -> ``("gpu01", "gpu02", "gpu03", "gpu07", "login1")``.
+
+    Handles one bracket group per name (what Slurm prints for flat node names); zero padding is kept;
+    ``None`` / ``(null)`` / blank give no node.
+    """
+    text = str(text or "").strip()
+    if text in ("", "(null)", "None", "None assigned"):
+        return ()
+    names: list[str] = []
+    for match in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?([^,]*)", text):
+        prefix, ranges, suffix = match.groups()
+        if not ranges:
+            names.append(prefix + suffix)
+            continue
+        for part in ranges.split(","):
+            lo, sep, hi = part.partition("-")
+            if not sep:
+                names.append(f"{prefix}{lo}{suffix}")
+                continue
+            width = len(lo)
+            names.extend(f"{prefix}{n:0{width}d}{suffix}" for n in range(int(lo), int(hi) + 1))
+    return tuple(names)
+
+
+def gpu_type_from_gres(text: str | None) -> str | None:
+    """The GPU model of a gres request (``gres:gpu:a100:8``, ``gpu:a100:2``, ``gres/gpu:a100=4``);
+    None when untyped (``gres:gpu:2``)."""
+    for part in str(text or "").split(","):
+        fields = part.strip().replace("gres/", "gres:").replace("=", ":").split(":")
+        if fields and fields[0] == "gres":
+            fields = fields[1:]
+        if len(fields) >= 3 and fields[0] == "gpu" and not fields[1].isdigit():
+            return fields[1]
+        if len(fields) == 2 and fields[0] == "gpu" and not fields[1].isdigit():
+            return fields[1]
+    return None
 
 
 _DURATION_PATTERNS = (

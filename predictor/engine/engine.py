@@ -31,7 +31,8 @@ from predictor.capacity.inventory import Inventory
 from predictor.capacity.layout import MILLI, ClusterLayout
 from predictor.capacity.placement import find_gang
 from predictor.engine.model_slot import FramePredictor, LoadedModel, ModelSlot
-from predictor.engine.queue_picture import QueuePicture, canonical_frame, pending_arrays
+from predictor.engine.queue_picture import QueuePicture, canonical_frame
+from predictor.policy import intake
 from predictor.policy.config import PolicyConfig
 from predictor.policy.decision import Decision
 from predictor.policy.ledger import FairShareLedger, JobEvent
@@ -277,7 +278,7 @@ class Engine:
         predicted, model = self.predict_columns(jobs, now, columns=columns)
         picture = self._picture
         vocab = picture.vocab.extended(table)
-        candidates = pending_arrays(table, predicted, vocab, self.layout, now)
+        candidates = intake.pending_jobs(table, predicted, vocab, self.layout, now)
         trial = picture.with_candidates(candidates, vocab)
         plan = self.plan(trial, now, explain=explain)
         rows = np.arange(len(trial.pending) - len(candidates), len(trial.pending))

@@ -16,12 +16,12 @@ import pandas as pd
 
 from features.errors import InputError
 from features.schema import BOOL_COLUMNS, COLUMNS, FLOAT_COLUMNS, STRING_COLUMNS
-from models.prediction import SLOWDOWN_COLUMNS
 from predictor.capacity.layout import MILLI, ClusterLayout
+from predictor.policy import intake
+from predictor.policy.intake import Columns, Names, Vocabulary
 from predictor.policy.snapshot import ClusterSnapshot, PendingJobs, RunningJobs
 
-__all__ = ["Names", "Vocabulary", "RunningJob", "QueuePicture", "pending_arrays", "canonical_frame",
-           "canonical_columns", "frame_of"]
+__all__ = ["QueuePicture", "canonical_frame", "canonical_columns", "frame_of"]
 
 
 def _text(value: Any) -> str | None:
@@ -95,120 +95,6 @@ def canonical_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndar
     return data
 
 
-@dataclass(frozen=True)
-class Names:
-    """Interned names: ``names[code]``; ``code_of`` maps back (-1 for none)."""
-
-    names: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_index", {n: i for i, n in enumerate(self.names)})
-
-    def code_of(self, name: object) -> int:
-        return self._index.get(name, -1) if isinstance(name, str) else -1  # type: ignore[attr-defined]
-
-    def codes(self, values: np.ndarray) -> np.ndarray:
-        idx = self._index  # type: ignore[attr-defined]
-        return np.fromiter((idx.get(v, -1) if isinstance(v, str) else -1 for v in values), dtype=np.int64,
-                           count=len(values))
-
-    def with_names(self, values: np.ndarray) -> Names:
-        new = [v for v in dict.fromkeys(values.tolist()) if isinstance(v, str) and v not in self._index]  # type: ignore[attr-defined]
-        return self if not new else Names(self.names + tuple(new))
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """The snapshot's team, tier and queue names."""
-
-    teams: Names = Names()
-    tiers: Names = Names()
-    queues: Names = Names()
-
-    def extended(self, jobs: pd.DataFrame | Mapping[str, np.ndarray]) -> Vocabulary:
-        """This vocabulary plus the names ``jobs`` (canonical records) use."""
-        teams = self.teams.with_names(_strings(jobs, "team"))
-        tiers = self.tiers.with_names(_strings(jobs, "tier"))
-        queues = self.queues.with_names(_strings(jobs, "queue"))
-        if teams is self.teams and tiers is self.tiers and queues is self.queues:
-            return self
-        return Vocabulary(teams, tiers, queues)
-
-
-Columns = pd.DataFrame | Mapping[str, np.ndarray]
-
-
-def _length(table: Columns) -> int:
-    return len(table) if isinstance(table, pd.DataFrame) else len(next(iter(table.values())))
-
-
-def _strings(table: Columns, col: str) -> np.ndarray:
-    """A string column as objects (None for null); all None when absent."""
-    if col not in table:
-        return np.full(_length(table), None, dtype=object)
-    values = table[col]
-    if isinstance(values, pd.Series):
-        return values.to_numpy(dtype=object, na_value=None)
-    return values.astype(object) if values.dtype != object else values
-
-
-def _floats(table: Columns, col: str, fill: float = np.nan) -> np.ndarray:
-    """A float column; missing and non-finite values (an overflowing prediction) become ``fill``."""
-    if col not in table:
-        return np.full(_length(table), fill, dtype=np.float64)
-    values = table[col]
-    values = (values.to_numpy(dtype=np.float64, na_value=fill) if isinstance(values, pd.Series)
-              else np.asarray(values, dtype=np.float64))
-    return np.where(np.isfinite(values), values, fill)
-
-
-def pending_arrays(jobs: Columns, preds: Columns, vocab: Vocabulary, layout: ClusterLayout,
-                   now: float, *, attained_gpu_s: np.ndarray | None = None) -> PendingJobs:
-    """Pending-job arrays from canonical records and their predictions (same row order; each a
-    DataFrame or a mapping of column name to array).
-
-    Raises
-    ------
-    InputError
-        A job asks for no GPU (the rules layer schedules GPU jobs only).
-    """
-    n = _length(jobs)
-    ids = _strings(jobs, "job_id")
-    num = _floats(jobs, "num_gpus", 1.0)
-    if n and not (num >= 1).all():
-        bad = ids[int(np.argmax(~(num >= 1)))]
-        raise InputError(f"job {bad}: num_gpus must be at least 1 to be scheduled")
-    submit = _floats(jobs, "submit_ts")
-    milli = _floats(jobs, "gpu_milli", float(MILLI))
-    requested = request = None
-    types = _strings(jobs, "gpu_type")
-    if any(t is not None for t in types):
-        request = types
-        requested = np.ones((n, layout.n_types), dtype=bool)
-        for i, t in enumerate(types):
-            if t is not None:
-                wanted = [s.strip() for s in t.replace("|", ",").split(",") if s.strip()]
-                requested[i] = [name in wanted for name in layout.gpu_types]
-    slowdown = np.column_stack([_floats(preds, c, 1.0) for c in SLOWDOWN_COLUMNS]).reshape(n, len(SLOWDOWN_COLUMNS))
-    fallback = (np.asarray(_floats(preds, "fallback", 0.0), dtype=np.float64) != 0) if "fallback" in preds \
-        else np.zeros(n, bool)
-    return PendingJobs.from_columns(
-        job_id=ids,
-        submit_ts=np.where(np.isfinite(submit), submit, now),
-        num_gpus=np.ceil(num).astype(np.int64),
-        gpu_milli=np.clip(np.where(np.isfinite(milli), milli, MILLI), 1, MILLI).astype(np.int64),
-        team=vocab.teams.codes(_strings(jobs, "team")),
-        tier=vocab.tiers.codes(_strings(jobs, "tier")),
-        queue=vocab.queues.codes(_strings(jobs, "queue")),
-        deadline_ts=_floats(jobs, "deadline_ts"), time_limit_s=_floats(jobs, "time_limit_s"),
-        p10_s=_floats(preds, "duration_p10_s"), p50_s=_floats(preds, "duration_p50_s"),
-        p90_s=_floats(preds, "duration_p90_s"), peak_vram_upper_mib=_floats(preds, "peak_vram_upper_mib"),
-        slowdown=slowdown, attained_gpu_s=attained_gpu_s, fallback=fallback,
-        model_version=_strings(preds, "model_version") if "model_version" in preds else None,
-        requested_types=requested, gpu_request=request,
-    )
-
-
 def _absent(like: np.ndarray, n: int) -> np.ndarray:
     """The value of an optional column for ``n`` jobs that do not give it: any GPU type (all True) for
     type masks, None for object columns."""
@@ -230,24 +116,6 @@ def _concat_pending(a: PendingJobs, b: PendingJobs) -> PendingJobs:
     return PendingJobs(**kw)
 
 
-@dataclass(frozen=True, slots=True)
-class RunningJob:
-    """A running tracked job: where it runs and what was predicted for it."""
-
-    job_id: str
-    team: str | None
-    tier: str | None
-    queue: str | None
-    gpus: tuple[int, ...]  # global GPU indices (ClusterLayout)
-    gpu_milli: int
-    start_ts: float
-    predicted_end_ts: float
-    last_checkpoint_ts: float
-    checkpoint_interval_s: float
-    priority: int
-    attained_gpu_s: float
-
-
 @dataclass(frozen=True, eq=False)
 class QueuePicture:
     """Tracked pending and running jobs, as arrays with a shared vocabulary."""
@@ -257,33 +125,38 @@ class QueuePicture:
     pending: PendingJobs
     running: RunningJobs
     seq: int = 0  # the stream seq this picture reflects
+    unplaced: tuple[str, ...] = ()  # running jobs that hold nothing here (they run outside the inventory)
 
     @classmethod
     def empty(cls, layout: ClusterLayout) -> QueuePicture:
         return cls(layout, Vocabulary(), PendingJobs.empty(), RunningJobs.empty())
 
     @classmethod
-    def build(cls, layout: ClusterLayout, *, pending_jobs: pd.DataFrame, pending_preds: pd.DataFrame,
-              pending_attained: Sequence[float], running: Sequence[RunningJob], team_names: Sequence[str],
-              now: float, seq: int = 0) -> QueuePicture:
-        """A picture from the pending jobs' records and predictions and the running jobs."""
-        vocab = Vocabulary(Names(tuple(dict.fromkeys(team_names))))
-        vocab = vocab.extended(pending_jobs)
-        run_frame = pd.DataFrame({"team": [r.team for r in running], "tier": [r.tier for r in running],
-                                  "queue": [r.queue for r in running]}, dtype=object)
-        vocab = vocab.extended(run_frame)
-        pend = pending_arrays(pending_jobs, pending_preds, vocab, layout, now,
-                              attained_gpu_s=np.asarray(pending_attained, dtype=np.float64))
-        run = RunningJobs.from_columns(
-            job_id=[r.job_id for r in running], gpus=[r.gpus for r in running],
-            start_ts=[r.start_ts for r in running], gpu_milli=[r.gpu_milli for r in running],
-            team=vocab.teams.codes(_strings(run_frame, "team")), tier=vocab.tiers.codes(_strings(run_frame, "tier")),
-            queue=vocab.queues.codes(_strings(run_frame, "queue")),
-            predicted_end_ts=[r.predicted_end_ts for r in running],
-            last_checkpoint_ts=[r.last_checkpoint_ts for r in running],
-            checkpoint_interval_s=[r.checkpoint_interval_s for r in running],
-            priority=[r.priority for r in running], attained_gpu_s=[r.attained_gpu_s for r in running])
-        return cls(layout, vocab, pend, run, seq)
+    def build(cls, layout: ClusterLayout, *, pending_jobs: Columns, pending_preds: Columns,
+              running_jobs: Columns | None = None, running_preds: Columns | None = None,
+              running_gpus: Sequence[Sequence[int] | None] | None = None,
+              pending_attained: Sequence[float] | None = None, running_state: Mapping[str, np.ndarray] | None = None,
+              team_names: Sequence[str] = (), now: float, seq: int = 0) -> QueuePicture:
+        """A picture from canonical records and predictions of the pending and running jobs, through
+        the intake (``predictor.policy.intake``).
+
+        ``running_gpus``: the GPUs each running job holds where known (else placed by the intake's
+        rule); ``running_state``: ``priority``, ``attained_gpu_s``, ``last_checkpoint_ts`` arrays of
+        the running jobs where the caller tracks them. Running jobs that cannot be placed are left
+        out and listed in ``unplaced``.
+        """
+        vocab = Vocabulary(Names(tuple(dict.fromkeys(team_names)))).extended(pending_jobs)
+        running_jobs = {"job_id": np.zeros(0, dtype=object)} if running_jobs is None else running_jobs
+        running_preds = {} if running_preds is None else running_preds
+        vocab = vocab.extended(running_jobs)
+        pend = intake.pending_jobs(pending_jobs, pending_preds, vocab, layout, now,
+                                   attained_gpu_s=None if pending_attained is None
+                                   else np.asarray(pending_attained, dtype=np.float64))
+        state = running_state or {}
+        run = intake.running_jobs(running_jobs, running_preds, vocab, layout, now, gpus=running_gpus,
+                                  priority=state.get("priority"), attained_gpu_s=state.get("attained_gpu_s"),
+                                  last_checkpoint_ts=state.get("last_checkpoint_ts"))
+        return cls(layout, vocab, pend, run.running, seq, run.unplaced)
 
     def with_candidates(self, candidates: PendingJobs, vocab: Vocabulary) -> QueuePicture:
         """This picture with ``candidates`` appended to the pending jobs (replacing tracked pending jobs
@@ -294,7 +167,7 @@ class QueuePicture:
             dup = candidates.job_id[np.isin(candidates.job_id, self.running.job_id)][0]
             raise InputError(f"job {dup} is already running; score a new job id")
         pending = _concat_pending(base, candidates) if len(base) else candidates
-        return QueuePicture(self.layout, vocab, pending, self.running, self.seq)
+        return QueuePicture(self.layout, vocab, pending, self.running, self.seq, self.unplaced)
 
     def free_milli(self) -> np.ndarray:
         """Free thousandths of each GPU (1000 minus what running jobs hold)."""

@@ -1,6 +1,7 @@
 """The node agent: GPU topology of one machine (NVML discovery or a recorded file), the
-``nvidia-smi topo -m`` matrix, the inventory ``Node`` record, and CPU pinning plans."""
+``nvidia-smi topo -m`` matrix, the inventory ``Node`` record, CPU pinning and CPU isolation plans."""
 
+from predictor.nodeinfo.isolation import IsolationOptions, IsolationPlan, plan_isolation
 from predictor.nodeinfo.matrix import render_matrix
 from predictor.nodeinfo.nvml import NvmlUnavailable, discover_topology
 from predictor.nodeinfo.pinning import PinningPlan, plan_pinning
@@ -15,12 +16,15 @@ from predictor.nodeinfo.topology import GpuDevice, HostCpus, MigInstance, NodeTo
 __all__ = [
     "GpuDevice",
     "HostCpus",
+    "IsolationOptions",
+    "IsolationPlan",
     "MigInstance",
     "NodeTopology",
     "NvmlUnavailable",
     "PinningPlan",
     "discover_topology",
     "load_topology",
+    "plan_isolation",
     "plan_pinning",
     "render_matrix",
     "topology_from_document",

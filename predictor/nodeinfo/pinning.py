@@ -24,7 +24,7 @@ from features.errors import InputError
 from predictor.nodeinfo.cpulist import cpumask_hex, format_cpulist
 from predictor.nodeinfo.topology import HostCpus, NodeTopology
 
-__all__ = ["GpuPinning", "PinningPlan", "plan_pinning", "slurm_gpu_type"]
+__all__ = ["GpuPinning", "PinningPlan", "plan_pinning", "slurm_gpu_type", "slurm_node_line"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,27 @@ class GpuPinning:
 def slurm_gpu_type(gpu_type: str) -> str:
     """A GRES type name Slurm accepts: lower case, letters, digits, ``-`` and ``_``."""
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in gpu_type.lower())
+
+
+def slurm_node_line(topo: NodeTopology, node_name: str | None = None, cpu_spec_list: str = "") -> str:
+    """The ``slurm.conf`` NodeName line of ``topo`` (sockets, cores, threads, GPUs), with
+    ``CpuSpecList=cpu_spec_list`` when one is given (Slurm abstract CPU ids)."""
+    if topo.host is None:
+        raise InputError("the topology has no host CPU information (host:), so no slurm.conf node line can be made")
+    h = topo.host
+    sockets = len(h.sockets)
+    types: dict[str, int] = {}
+    for g in topo.gpus:
+        t = slurm_gpu_type(g.gpu_type)
+        types[t] = types.get(t, 0) + 1
+    gres = ",".join(f"gpu:{t}:{n}" for t, n in types.items())
+    line = (f"NodeName={node_name or topo.hostname} Sockets={sockets} "
+            f"CoresPerSocket={len(h.cores()) // sockets} ThreadsPerCore={h.threads_per_core}")
+    if gres:
+        line += f" Gres={gres}"
+    if cpu_spec_list:
+        line += f" CpuSpecList={cpu_spec_list}"
+    return line
 
 
 @dataclass(frozen=True)
@@ -77,20 +98,7 @@ class PinningPlan:
 
     def slurm_node_line(self, node_name: str | None = None) -> str:
         """The ``slurm.conf`` NodeName line matching this topology, with the reserved cores."""
-        h = self.host
-        sockets = len(h.sockets)
-        types: dict[str, int] = {}
-        for g in self.topology.gpus:
-            t = slurm_gpu_type(g.gpu_type)
-            types[t] = types.get(t, 0) + 1
-        gres = ",".join(f"gpu:{t}:{n}" for t, n in types.items())
-        line = (f"NodeName={node_name or self.topology.hostname} Sockets={sockets} "
-                f"CoresPerSocket={len(h.cores()) // sockets} ThreadsPerCore={h.threads_per_core}")
-        if gres:
-            line += f" Gres={gres}"
-        if self.reserved_cpus:
-            line += f" CpuSpecList={self.cpu_spec_list()}"
-        return line
+        return slurm_node_line(self.topology, node_name, self.cpu_spec_list() if self.reserved_cpus else "")
 
     def srun_cpu_bind_map(self) -> str:
         """``--cpu-bind=map_cpu:`` binding local rank i (driving GPU i) to one CPU of its share."""

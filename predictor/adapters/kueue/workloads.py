@@ -12,12 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 import pandas as pd
-from kubernetes.utils import parse_quantity
 
-from features.schema import conform
-from predictor.adapters.kueue.manifests import GPU_RESOURCE
+from features.sources.kueue import workload_frame
 
 __all__ = ["KueueWorkload", "workload_from_object", "workload_rows", "split_job_id"]
 
@@ -76,22 +73,6 @@ class KueueWorkload:
     def running(self) -> bool:
         return self.admitted and not self.finished
 
-    def requests(self) -> dict[str, float]:
-        """Total requests over all pods of all pod sets: GPUs, CPUs, memory (MiB)."""
-        total = {"gpus": 0.0, "cpus": 0.0, "mem_mib": 0.0}
-        for ps in (self.raw.get("spec") or {}).get("podSets") or []:
-            count = int(ps.get("count", 1) or 1)
-            spec = (ps.get("template") or {}).get("spec") or {}
-            for c in spec.get("containers") or []:
-                req = {**((c.get("resources") or {}).get("limits") or {}), **((c.get("resources") or {}).get("requests") or {})}
-                if GPU_RESOURCE in req:
-                    total["gpus"] += count * float(parse_quantity(req[GPU_RESOURCE]))
-                if "cpu" in req:
-                    total["cpus"] += count * float(parse_quantity(req["cpu"]))
-                if "memory" in req:
-                    total["mem_mib"] += count * float(parse_quantity(req["memory"])) / 2**20
-        return total
-
     @property
     def num_pods(self) -> int:
         return sum(int(ps.get("count", 1) or 1) for ps in (self.raw.get("spec") or {}).get("podSets") or [])
@@ -126,23 +107,14 @@ def workload_from_object(obj: dict[str, Any]) -> KueueWorkload:
 
 
 def workload_rows(workloads: Iterable[KueueWorkload], now: float | None = None) -> pd.DataFrame:
-    """Canonical job rows (team = namespace, queue = LocalQueue, tier = priority class), plus
-    ``scheduler_priority`` and ``owner``."""
+    """Canonical job rows of ``workloads``: the Kueue reader's own mapping
+    (``features.sources.kueue.workload_frame``: team = namespace, queue = LocalQueue, tier = priority
+    class, GPUs of every vendor, ``maximumExecutionTimeSeconds`` or ``activeDeadlineSeconds``, the
+    GPU flavor), plus ``scheduler_priority``, ``owner`` and ``pods``."""
     now = time.time() if now is None else now
-    rows = []
-    for w in workloads:
-        req = w.requests()
-        state = "RUNNING" if w.running else "PENDING" if not w.finished else "COMPLETED"
-        start = w.admitted_ts if w.running else None
-        limit = (w.raw.get("spec") or {}).get("maximumExecutionTimeSeconds")
-        rows.append({
-            "job_id": w.job_id, "team": w.namespace, "queue": w.queue_name, "tier": w.priority_class,
-            "num_gpus": req["gpus"], "cpus": req["cpus"] or np.nan, "mem_mib": req["mem_mib"] or np.nan,
-            "num_nodes": np.nan, "time_limit_s": float(limit) if limit else np.nan,
-            "job_name": w.owner_name or w.name, "submit_ts": w.created_ts, "start_ts": start if start else np.nan,
-            "state": state, "duration_s": max(now - start, 0.0) if start else np.nan,
-            "censored": state != "COMPLETED", "source": "kueue",
-            "scheduler_priority": w.priority, "owner": f"{w.owner_kind}/{w.owner_name}" if w.owner_kind else None,
-            "pods": w.num_pods,
-        })
-    return conform(pd.DataFrame(rows)) if rows else conform(pd.DataFrame(columns=["job_id"]))
+    workloads = list(workloads)
+    frame = workload_frame([w.raw for w in workloads], now)
+    frame = frame.rename(columns={"priority": "scheduler_priority"})
+    frame["owner"] = [f"{w.owner_kind}/{w.owner_name}" if w.owner_kind else None for w in workloads]
+    frame["pods"] = [w.num_pods for w in workloads]
+    return frame

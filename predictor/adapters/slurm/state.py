@@ -17,8 +17,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
+from features.gpu_types import DEFAULT_VOCABULARY
 from features.schema import conform
+from features.sources.slurm_fields import expand_hostlist, gpu_type_from_gres, parse_tres
+from features.sources.slurm_fields import slurm_state as _slurm_state
 
 __all__ = [
     "SlurmJob",
@@ -26,7 +30,6 @@ __all__ = [
     "jobs_from_squeue",
     "canonical_rows",
     "parse_reservations",
-    "parse_tres",
     "slurm_time",
     "parse_slurm_time",
     "canonical_state",
@@ -34,20 +37,12 @@ __all__ = [
 ]
 
 _NO_VAL = 0xFFFFFFFE  # Slurm's INFINITE / NO_VAL sentinels start here
-_STATE = {
-    "PENDING": "PENDING", "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING", "REQUEUE_FED": "PENDING",
-    "RUNNING": "RUNNING", "CONFIGURING": "RUNNING", "COMPLETING": "RUNNING", "SUSPENDED": "RUNNING",
-    "RESIZING": "RUNNING", "STAGE_OUT": "RUNNING", "SIGNALING": "RUNNING",
-    "COMPLETED": "COMPLETED", "CANCELLED": "CANCELLED", "FAILED": "FAILED", "BOOT_FAIL": "FAILED",
-    "DEADLINE": "TIMEOUT", "TIMEOUT": "TIMEOUT", "OUT_OF_MEMORY": "OUT_OF_MEMORY", "NODE_FAIL": "NODE_FAIL",
-    "PREEMPTED": "PREEMPTED", "SPECIAL_EXIT": "FAILED", "REVOKED": "CANCELLED",
-}
 
 
-def canonical_state(slurm_state: str) -> str:
-    """Map a Slurm job state (``RUNNING``, ``CANCELLED by 0``, ``COMPLETING``) to a canonical STATES value."""
-    head = str(slurm_state).split()[0].upper() if slurm_state else ""
-    return _STATE.get(head, "FAILED" if head else "PENDING")
+def canonical_state(slurm_state: str) -> str | None:
+    """A Slurm job state as a canonical state (``features.sources.slurm_fields.slurm_state``: the rule
+    the sacct reader applies too)."""
+    return _slurm_state(slurm_state)
 
 
 def _int(value: Any) -> int | None:
@@ -67,26 +62,6 @@ def _signed32(value: Any) -> int:
     except (TypeError, ValueError):
         return 0
     return number - 2**32 if number >= 2**31 else number
-
-
-_MEM_UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2}
-
-
-def parse_tres(text: str) -> dict[str, float]:
-    """``cpu=4,mem=100G,node=1,billing=4,gres/gpu:a100=2`` -> ``{"cpu": 4, "mem_mib": 102400, "gres/gpu:a100": 2, ...}``."""
-    out: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in str(text or "").split(","))):
-        key, _, value = part.partition("=")
-        if key == "mem":
-            match = re.fullmatch(r"([\d.]+)([KMGT]?)", value)
-            if match:
-                out["mem_mib"] = float(match.group(1)) * _MEM_UNITS[match.group(2) or "M"]
-            continue
-        try:
-            out[key] = float(value)
-        except ValueError:
-            continue
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,44 +117,37 @@ def jobs_from_squeue(doc: dict[str, Any]) -> dict[str, SlurmJob]:
     return jobs
 
 
-def _gpus(raw: dict[str, Any]) -> tuple[float, str | None]:
-    tres = parse_tres(raw.get("tres_req_str") or raw.get("tres_alloc_str") or "")
-    total, gpu_type = 0.0, None
-    for key, value in tres.items():
-        if key.startswith("gres/gpu:"):
-            gpu_type = key.split(":", 1)[1]
-        if key == "gres/gpu":
-            total = value
-    if not total:
-        total = sum(v for k, v in tres.items() if k.startswith("gres/gpu:"))
-    if gpu_type is None:  # tres_per_node "gres:gpu:a100:2"
-        parts = str(raw.get("tres_per_node") or "").split(":")
-        if len(parts) == 4 and parts[1] == "gpu":
-            gpu_type = parts[2]
-    return total, gpu_type
-
-
 def canonical_rows(jobs: Iterable[SlurmJob], now: float | None = None) -> pd.DataFrame:
     """Canonical job rows (``features.schema``) for the given jobs, plus the scheduler's own view in
-    extra columns: ``scheduler_priority``, ``nice``, ``pending_reason``, ``reservation``, ``restarts``."""
+    extra columns: ``scheduler_priority``, ``nice``, ``pending_reason``, ``reservation``, ``restarts``.
+
+    States and TRES strings are parsed by the sacct reader's own functions
+    (``features.sources.slurm_fields``); GPU types are named through ``features.gpu_types``.
+    """
     now = time.time() if now is None else now
+    jobs = list(jobs)
+    tres = parse_tres(pa.array([j.raw.get("tres_req_str") or j.raw.get("tres_alloc_str") or "" for j in jobs],
+                               pa.string()), bare_unit="M")
     rows = []
-    for job in jobs:
+    for k, job in enumerate(jobs):
         raw = job.raw
         state = canonical_state(job.state)
-        num_gpus, gpu_type = _gpus(raw)
-        tres = parse_tres(raw.get("tres_req_str") or "")
+        gpu_type = tres.gpu_type[k] or gpu_type_from_gres(raw.get("tres_per_node"))
         start = _int(raw.get("start_time")) if state == "RUNNING" else None
         deadline = _int(raw.get("deadline"))
+        num_gpus = tres.gpus[k]
         rows.append({
             "job_id": job.job_id, "user": job.user or None, "team": job.account or None,
             "queue": job.partition or None, "tier": job.qos or None,
-            "num_gpus": num_gpus, "gpu_type": gpu_type, "num_nodes": _int(raw.get("node_count")),
-            "cpus": _int(raw.get("cpus")), "mem_mib": tres.get("mem_mib", np.nan),
+            "num_gpus": 0.0 if np.isnan(num_gpus) else num_gpus,
+            "gpu_type": DEFAULT_VOCABULARY.canonical_or_none(gpu_type) or gpu_type if gpu_type else None,
+            "num_nodes": _int(raw.get("node_count")),
+            "cpus": _int(raw.get("cpus")), "mem_mib": tres.mem_mib[k],
             "time_limit_s": job.time_limit_min * 60.0 if job.time_limit_min is not None else np.nan,
             "deadline_ts": deadline if deadline else np.nan,
             "job_name": raw.get("name") or None, "submit_ts": _int(raw.get("submit_time")),
             "start_ts": start if start else np.nan, "state": state,
+            "nodes": ",".join(expand_hostlist(raw.get("nodes"))) or None if state == "RUNNING" else None,
             "duration_s": max(now - start, 0.0) if start else np.nan,
             "censored": state in ("PENDING", "RUNNING"), "source": "slurm",
             "scheduler_priority": job.priority, "nice": job.nice,
@@ -233,24 +201,3 @@ def parse_reservations(text: str) -> dict[str, SlurmReservation]:
             end_ts=parse_slurm_time(value("EndTime")), nodes=value("Nodes"), users=value("Users"),
             accounts=value("Accounts"), flags=value("Flags"), fields=fields)
     return out
-
-
-def expand_hostlist(text: str) -> tuple[str, ...]:
-    """Expand a Slurm host list: ``gpu[01-03,07],login1`` -> ``("gpu01", "gpu02", "gpu03", "gpu07", "login1")``.
-
-    Handles one bracket group per name (what Slurm prints for flat node names); zero padding is kept.
-    """
-    names: list[str] = []
-    for match in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?([^,]*)", str(text or "")):
-        prefix, ranges, suffix = match.groups()
-        if not ranges:
-            names.append(prefix + suffix)
-            continue
-        for part in ranges.split(","):
-            lo, sep, hi = part.partition("-")
-            if not sep:
-                names.append(f"{prefix}{lo}{suffix}")
-                continue
-            width = len(lo)
-            names.extend(f"{prefix}{n:0{width}d}{suffix}" for n in range(int(lo), int(hi) + 1))
-    return tuple(names)

@@ -31,13 +31,13 @@ def workloads(tmp_path_factory):
 @pytest.mark.parametrize(
     "job_id, state, gpus, cpus, mem_mib, gpu_type, tier, start, end",
     [
-        ("team-a/job-train-llama-5c8f1", "COMPLETED", 16, 2 + 2 * 48, (4 + 2 * 512) * 1024, "a100-80gb", "production",
+        ("team-a/job-train-llama-5c8f1", "COMPLETED", 16, 2 + 2 * 48, (4 + 2 * 512) * 1024, "A100-80GB", "production",
          "2024-05-01T10:01:30", "2024-05-01T12:00:00"),
         # init container (2 CPUs) outweighs the 0.75 CPUs of the two containers; GPU model from the node selector
-        ("team-b/job-ft-oom-7d2a0", "OUT_OF_MEMORY", 1, 2, 16 * 1024 + 512, "NVIDIA-H100-80GB-HBM3", "research",
+        ("team-b/job-ft-oom-7d2a0", "OUT_OF_MEMORY", 1, 2, 16 * 1024 + 512, "H100-80GB", "research",
          "2024-05-01T11:00:05", "2024-05-01T11:20:05"),
         # status.resourceRequests wins over the pod template
-        ("team-a/job-long-run-1a2b3", "RUNNING", 4, 32, 256 * 1024, "h100-80gb", "research", "2024-05-01T12:30:00",
+        ("team-a/job-long-run-1a2b3", "RUNNING", 4, 32, 256 * 1024, "H100-80GB", "research", "2024-05-01T12:30:00",
          None),
         ("team-c/job-waiting-9f9f9", "PENDING", 6, 24, 3 * 64e9 / 2**20, None, None, None, None),
         # evicted for exceeding maximumExecutionTimeSeconds; start = eviction - accumulated execution time

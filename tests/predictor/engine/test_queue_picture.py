@@ -11,7 +11,9 @@ from models.prediction import PREDICTION_COLUMNS, Prediction
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.capacity.layout import ClusterLayout
 from predictor.engine.engine import prediction_columns, predictions_from_columns
-from predictor.engine.queue_picture import QueuePicture, Vocabulary, canonical_frame, pending_arrays
+from predictor.engine.queue_picture import QueuePicture, canonical_frame
+from predictor.policy.intake import Vocabulary
+from predictor.policy.intake import pending_jobs as pending_arrays
 
 texts = st.one_of(st.none(), st.just(""), st.just("  "), st.text(min_size=1, max_size=8))
 numbers = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=False), st.integers(-5, 10**6))

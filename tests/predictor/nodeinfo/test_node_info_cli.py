@@ -70,3 +70,51 @@ def test_bad_file_is_a_one_line_input_error(tmp_path, capsys):
     bad.write_text("gpus: []\nhost: {sockets: 1}\n")
     assert main(["node-info", "--from", str(bad)]) == 2
     assert "host.cores_per_socket: missing" in capsys.readouterr().err
+
+
+def test_isolation_plan_as_text(capsys):
+    assert main(["node-info", "--from", str(RECORDED["dgx-a100"]), "--isolation", "--node-name", "gpu-a-01"]) == 0
+    out = capsys.readouterr().out
+    assert "not measurements of this plan" in out  # the article's figures are its own
+    assert "\nisolcpus=managed_irq,domain,1-15,17-31," in out and " irqaffinity=0,16,32,48,64,80,96,112,128," in out
+    assert "\n[Manager]\nCPUAffinity=0,16,32,48,64,80,96,112,128,144,160,176,192,208,224,240\n" in out
+    assert ("\nNodeName=gpu-a-01 Sockets=2 CoresPerSocket=64 ThreadsPerCore=2 Gres=gpu:a100-80gb:8 "
+            "CpuSpecList=0-1,32-33,64-65,96-97,128-129,160-161,192-193,224-225\n") in out
+    assert "\nreservedSystemCPUs: 0,16,32,48,64,80,96,112,128,144,160,176,192,208,224,240\n" in out
+    assert "# production (SLA class gold): isolated cores" in out and "# research (no SLA class): no isolated" in out
+
+
+def test_isolation_in_json(capsys):
+    assert main(["node-info", "--from", str(RECORDED["dgx-h100"]), "--json", "--isolation", "--housekeeping-cores",
+                 "2", "--isolcpus-flags", "managed_irq", "--isolated-tier", "research"]) == 0
+    doc = json.loads(capsys.readouterr().out)["isolation"]
+    assert doc["housekeeping_cpus"] == "0-1,56-57,112-113,168-169"
+    assert doc["kernel_args"]["isolcpus"] == "managed_irq,2-55,58-111,114-167,170-223"
+    assert doc["slurm"]["slurm_conf"][1].endswith("CpuSpecList=0-3,112-115")
+    assert doc["kubelet"]["config"]["reservedSystemCPUs"] == "0-1,56-57,112-113,168-169"
+    assert [t["tier"] for t in doc["tiers"] if t["isolated"]] == ["research"]
+
+
+def test_isolation_tiers_come_from_the_policy_file(tmp_path, capsys):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("tiers:\n  interactive: {rank: 1.0, sla_class: interactive}\n  batch: {rank: 0.0}\n"
+                      "default_tier: batch\ntier_aliases: {}\n")
+    assert main(["node-info", "--from", str(RECORDED["pcie-4gpu"]), "--isolation", "--policy", str(policy)]) == 0
+    out = capsys.readouterr().out
+    assert "# interactive (SLA class interactive): isolated cores" in out and "# batch (no SLA class): no " in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--housekeeping-cores", "2"], "--housekeeping-cores needs --isolation"),
+        (["--isolation", "--housekeeping-cores", "0"], "must be at least 1"),
+        (["--isolation", "--housekeeping-cores", "1", "--housekeeping-cpus", "0"], "not both"),
+        (["--isolation", "--housekeeping-cpus", "0-x"], "--housekeeping-cpus: CPU list '0-x'"),
+        (["--isolation", "--isolcpus-flags", "managed_irq,bogus"], "'bogus' is not one of"),
+    ],
+)
+def test_impossible_isolation_requests_exit_2_with_one_line(capsys, args, message):
+    assert main(["node-info", "--from", str(RECORDED["dgx-h100"]), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

@@ -11,7 +11,6 @@ from predictor.adapters.slurm.state import (
     jobs_from_squeue,
     parse_reservations,
     parse_slurm_time,
-    parse_tres,
     slurm_time,
 )
 
@@ -63,19 +62,22 @@ def test_no_jobs_gives_an_empty_canonical_table():
 @pytest.mark.parametrize(
     ("state", "canonical"),
     [("PENDING", "PENDING"), ("COMPLETING", "RUNNING"), ("CANCELLED by 0", "CANCELLED"), ("DEADLINE", "TIMEOUT"),
-     ("REQUEUE_HOLD", "PENDING"), ("OUT_OF_MEMORY", "OUT_OF_MEMORY"), ("WEIRD", "FAILED")],
+     ("REQUEUE_HOLD", "PENDING"), ("OUT_OF_MEMORY", "OUT_OF_MEMORY"), ("BOOT_FAIL", "NODE_FAIL"),
+     ("CONFIGURING", "RUNNING"), ("WEIRD", "WEIRD"), ("", None)],
 )
 def test_states(state, canonical):
     assert canonical_state(state) == canonical
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("cpu=4,mem=100G,node=1,gres/gpu=2", {"cpu": 4, "mem_mib": 102400, "node": 1, "gres/gpu": 2}),
-     ("mem=512K", {"mem_mib": 0.5}), ("", {}), ("billing=x,cpu=1", {"cpu": 1})],
-)
-def test_parse_tres(text, expected):
-    assert parse_tres(text) == expected
+def test_the_adapter_and_the_sacct_reader_read_states_alike():
+    """One parser: every state the sacct reader knows maps the same way in the adapter."""
+    import pyarrow as pa
+
+    from features.sources.slurm_fields import SLURM_STATES, normalise_slurm_state
+
+    words = [*SLURM_STATES, "CANCELLED by 1000", "CANCELLED+", "WEIRD", ""]
+    vectorised = normalise_slurm_state(pa.array(words, pa.string())).to_pylist()
+    assert [canonical_state(w) for w in words] == vectorised
 
 
 @pytest.mark.parametrize(
