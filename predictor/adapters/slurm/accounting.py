@@ -1,9 +1,15 @@
 """Slurm's accounting, exported the way the ``sacct`` reader reads it.
 
 ``sacct`` runs with the fields :data:`features.sources.sacct.FIELDS` names, parsable (``-P``), for
-all users (``-a``), over ``[since, until]`` (jobs in any state at some point of that window, their
-steps included), with ``TZ=UTC`` so that the times it prints are UTC, as the reader takes them.
-Its output is streamed to a file: a long history never sits in memory.
+all users (``-a``), from ``since`` minus :data:`OVERLAP_S` to ``now`` (jobs in any state at some point
+of that window, their steps included), with ``TZ=UTC`` so that the times it prints are UTC, as the
+reader takes them. Its output is streamed to a file: a long history never sits in memory.
+
+The window is wider than ``[since, until]`` on both sides, on purpose: ``sacct -E T`` leaves out a job
+that ended in the second ``T`` (seen on 22.05), and slurmctld hands records to slurmdbd
+asynchronously, so a job that ended just before the last run may reach the database after it. Rows
+seen twice are merged by the append (:mod:`features.ingest_append`); a record that reaches slurmdbd
+more than :data:`OVERLAP_S` late (a slurmdbd outage) needs a run with ``--since`` before the outage.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from features.sources.sacct import FIELDS
 from predictor.adapters.base import SchedulerRejected, SchedulerUnavailable
 from predictor.adapters.slurm.commands import TRANSIENT_PATTERNS, SlurmCommands
 
-__all__ = ["sacct_argv", "export_accounting", "SACCT_EPOCH"]
+__all__ = ["sacct_argv", "export_accounting", "SACCT_EPOCH", "OVERLAP_S"]
 
 #: ``--since`` of a first run: the whole history slurmdbd holds.
 SACCT_EPOCH = "1970-01-01T00:00:00"
+#: How far before ``since`` each export starts again (see the module docstring).
+OVERLAP_S = 3600.0
 _TRANSIENT = re.compile("|".join(re.escape(p) for p in TRANSIENT_PATTERNS), re.IGNORECASE)
 
 
@@ -30,15 +38,16 @@ def _utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def sacct_argv(since_ts: float | None, until_ts: float) -> list[str]:
-    """The ``sacct`` command line for the window (times in UTC: run it with ``TZ=UTC``)."""
-    return ["sacct", "-a", "-P", f"--format={','.join(FIELDS)}",
-            "-S", SACCT_EPOCH if since_ts is None else _utc(since_ts), "-E", _utc(until_ts)]
+def sacct_argv(since_ts: float | None) -> list[str]:
+    """The ``sacct`` command line from ``since_ts`` less the overlap to now (UTC: run it with ``TZ=UTC``)."""
+    start = SACCT_EPOCH if since_ts is None else _utc(max(since_ts - OVERLAP_S, 0.0))
+    return ["sacct", "-a", "-P", f"--format={','.join(FIELDS)}", "-S", start, "-E", "now"]
 
 
-def export_accounting(dest: Path, *, since_ts: float | None, until_ts: float | None = None,
-                      commands: SlurmCommands | None = None, timeout_s: float = 3600.0) -> float:
-    """Write ``sacct``'s export of ``[since_ts, until_ts]`` to ``dest``; return ``until_ts`` (default: now).
+def export_accounting(dest: Path, *, since_ts: float | None, commands: SlurmCommands | None = None,
+                      timeout_s: float = 3600.0) -> float:
+    """Write ``sacct``'s export from ``since_ts`` to ``dest``; return the time the query started (the
+    watermark: what ends later is read again by the next run).
 
     Raises
     ------
@@ -48,8 +57,8 @@ def export_accounting(dest: Path, *, since_ts: float | None, until_ts: float | N
         sacct is not installed or refused the request (the message carries its error).
     """
     commands = commands or SlurmCommands()
-    until = time.time() if until_ts is None else float(until_ts)
-    argv = sacct_argv(since_ts, until)
+    until = time.time()
+    argv = sacct_argv(since_ts)
     head = os.path.join(commands.bin_dir, argv[0]) if commands.bin_dir else argv[0]
     env = {**os.environ, **commands.env, "TZ": "UTC"}
     with open(dest, "wb") as out:
