@@ -162,3 +162,16 @@ def test_retraining_cronjob(rendered, overlay: str) -> None:
     script = c["args"][0]
     assert [w for w in ("predictor ingest", "predictor train", "predictor promote") if w in script] == \
         ["predictor ingest", "predictor train", "predictor promote"]
+
+
+def test_base_site_is_the_shipped_example_and_loads() -> None:
+    """The base's site ConfigMap files are the example site (kept identical) and load as the service loads them."""
+    from predictor.capacity.inventory_sources import load_inventory
+    from predictor.policy.presets import load_policy
+
+    site = KUSTOMIZE / "base" / "site"
+    root = KUSTOMIZE.parents[1] / "data"
+    assert (site / "policy.yaml").read_text() == (root / "policy" / "example-site.yaml").read_text()
+    assert (site / "inventory.yaml").read_text() == (root / "inventory" / "example-cluster.yaml").read_text()
+    assert set(load_policy(site / "policy.yaml").teams) == {"nlp", "vision", "speech", "platform"}
+    assert load_inventory(str(site / "inventory.yaml")).total_gpus == 64
