@@ -10,7 +10,8 @@ bound on the true duration), or null when it never started. No end is ever inven
 
 ``validate`` is the one gate every reader goes through: it coerces types, derives what can be
 derived (``duration_s`` from start/end, ``censored`` from the state), and splits the table into the
-valid rows and a rejects table with one human-readable reason per rejected row.
+valid rows and a rejects table with one human-readable reason per rejected row. It also names GPU
+types one way (``features.gpu_types``: ``a100-80gb`` and ``NVIDIA-A100-SXM4-80GB`` become ``A100-80GB``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from features.gpu_types import DEFAULT_VOCABULARY
 
 __all__ = [
     "COLUMNS",
@@ -225,6 +228,8 @@ def validate(df: pd.DataFrame, *, log_end_ts: float | None = None) -> Validation
     rejects = frame.loc[bad].copy()
     rejects["reject_reason"] = reason[bad]
     jobs = frame.loc[~bad].copy()
+    if jobs["gpu_type"].notna().any():  # one spelling per GPU model (features.gpu_types); unknown names kept
+        jobs["gpu_type"] = pd.array(DEFAULT_VOCABULARY.canonicalise(jobs["gpu_type"].tolist()), dtype="string")
 
     # Outcome: censored when the job has not ended by the end of the log.
     not_ended = jobs["state"].isin(["PENDING", "RUNNING"]) | (jobs["end_ts"].isna() & ~jobs["state"].isin(TERMINAL_STATES))

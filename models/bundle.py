@@ -130,7 +130,8 @@ def assemble_columns(
         "duration_p90_s": q[:, 2],
         "peak_vram_mib": point,
         "peak_vram_upper_mib": upper,
-        "fits_gpu_types": np.array(fitting_types(upper, gpu_memory_mib), dtype=object),
+        # rule *fits*; a CPU job (no GPU asked) fits no GPU type
+        "fits_gpu_types": np.where(no_gpu, "", np.array(fitting_types(upper, gpu_memory_mib), dtype=object)),
     }
     for j, col in enumerate(SLOWDOWN_COLUMNS):
         data[col] = slowdown[:, j]

@@ -39,7 +39,7 @@ from predictor.policy.ledger import FairShareLedger, JobEvent
 from predictor.policy.plan import SchedulePlan
 from predictor.policy.scheduler import decide
 
-__all__ = ["Engine", "Scored", "UsageCharge", "decisions_for_rows", "predictions_from_columns"]
+__all__ = ["Engine", "Scored", "UsageCharge", "ClusterDecisions", "decisions_for_rows", "predictions_from_columns"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,17 @@ class Scored:
 
     prediction: Prediction
     decision: Decision
+
+
+@dataclass(frozen=True)
+class ClusterDecisions:
+    """A scheduling cycle over a cluster's own picture (:meth:`Engine.decide_cluster`)."""
+
+    decisions: list[Decision]  # one per pending GPU job, in the input's order
+    plan: SchedulePlan
+    picture: QueuePicture
+    model: LoadedModel  # what predicted (``model.version`` is in every decision)
+    unplaced: tuple[str, ...] = ()  # running jobs the inventory could not hold (they hold nothing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +297,36 @@ class Engine:
         predictions = predictions_from_columns(predicted)
         return [Scored(p, d) for p, d in zip(predictions, decisions, strict=True)], model
 
+    def decide_cluster(self, pending: pd.DataFrame, running: pd.DataFrame, now: float, *,
+                       explain: bool = True) -> ClusterDecisions:
+        """One scheduling cycle on a cluster's own picture: ``pending`` jobs queue, ``running`` ones
+        hold their GPUs (where they run: ``nodes``, else placed by the intake's rule), both predicted
+        by the model in use with the history this engine holds, fair-share from the runs charged to
+        it plus the running jobs' runs so far. What ``predictor sync`` and ``predictor policy decide``
+        call; the service's tracked queue calls :meth:`plan` on its own picture.
+
+        Parameters
+        ----------
+        pending, running : DataFrame
+            Canonical job records (``features.schema``); jobs asking no GPU are left out.
+        """
+        pending = _gpu_rows(pending)
+        running = _gpu_rows(running)
+        both = pd.concat([pending, running], ignore_index=True) if len(running) else pending
+        if both["job_id"].astype(str).duplicated().any():
+            dup = both["job_id"].astype(str)[both["job_id"].astype(str).duplicated()].iloc[0]
+            raise InputError(f"job {dup} is both pending and running, or listed twice")
+        preds, model = self.predict_columns(both, now) if len(both) else ({}, self.model.current)
+        n = len(pending)
+        pend_preds = {k: v[:n] for k, v in preds.items()}
+        run_preds = {k: v[n:] for k, v in preds.items()}
+        picture = QueuePicture.build(self.layout, pending_jobs=pending, pending_preds=pend_preds,
+                                     running_jobs=running, running_preds=run_preds,
+                                     team_names=list(self._policy.teams), now=now)
+        plan = self.plan(picture, now, explain=explain)
+        decisions = decisions_for_rows(plan, np.arange(n), picture.pending.job_id)
+        return ClusterDecisions(decisions, plan, picture, model, picture.unplaced)
+
     # ------------------------------------------------------------------ placement of started jobs
     def place_started(self, picture: QueuePicture, num_gpus: int, gpu_milli: int,
                       preferred: Sequence[tuple[str, Sequence[int]]] | None,
@@ -310,6 +351,13 @@ class Engine:
             if choice is not None:
                 return [(node, list(idx)) for node, idx in lay.gpu_indices_by_node(choice.gpus)]
         return None
+
+
+def _gpu_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``frame`` that ask for at least one GPU (the rules layer schedules GPU jobs only)."""
+    if "num_gpus" not in frame.columns:
+        return frame.reset_index(drop=True)
+    return frame.loc[pd.to_numeric(frame["num_gpus"], errors="coerce").fillna(0).to_numpy() >= 1].reset_index(drop=True)
 
 
 def prediction_columns(preds: pd.DataFrame) -> dict[str, np.ndarray]:

@@ -79,6 +79,18 @@ class ModelSlot:
         self.last_checked_at: float | None = None
         self.last_error: str | None = None
 
+    @classmethod
+    def fixed(cls, predictor: FramePredictor, version: str, *, fallback_reason: str | None = None) -> ModelSlot:
+        """A slot that always holds ``predictor`` (no registry): a null predictor for the rules layer
+        alone, or a table of given predictions. With ``fallback_reason`` it is reported as a fallback."""
+        slot = cls(uri=version, resolve=lambda: version, load=lambda _v: predictor, fallback=predictor, poll_s=3600.0)
+        if fallback_reason is None:
+            slot.check_once()
+        else:
+            slot._swap(LoadedModel(predictor, version, True, fallback_reason, slot._clock()))
+            slot.first_check_done.set()
+        return slot
+
     @property
     def current(self) -> LoadedModel:
         """The model to use for one request (read it once per request)."""

@@ -33,7 +33,7 @@ def test_summary_of_the_sacct_fixture(tmp_path):
     assert summary.rejected_by_reason["duplicate job_id"] == 1 and sum(summary.rejected_by_reason.values()) == 11
     assert summary.censored == 3  # running 1003, pending 1004 and the pending array 2000_[3-5]
     assert (summary.users, summary.teams, summary.gpu_jobs) == (8, 4, 9)
-    assert summary.gpu_types == {"a100": 2, "h100": 1, "v100": 1}
+    assert summary.gpu_types == {"a100": 2, "H100-80GB": 1, "V100": 1}
     assert summary.first_submit == "2024-03-01T10:00:00Z" and summary.log_end == "2024-03-07T10:20:00Z"
     assert json.loads(json.dumps(summary.to_dict()))["rows_kept"] == 11
 

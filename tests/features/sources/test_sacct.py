@@ -28,11 +28,11 @@ EXPECTED = {
     "1001": ("COMPLETED", 8, "a100", 2, 64, 512 * 1024, 86400, "2024-03-01T10:05:00", "2024-03-01T12:05:00", 7200,
              False, 160000 / 4),
     "1002": ("CANCELLED", 1, None, 1, 4, 32 * 1024, 4 * 3600, None, "2024-03-01T11:30:00", NAN, False, NAN),
-    "1003": ("RUNNING", 4, "h100", 1, 32, 256 * 1024, 2 * 86400, "2024-03-02T08:00:30", None, 26 * 3600, True, NAN),
+    "1003": ("RUNNING", 4, "H100-80GB", 1, 32, 256 * 1024, 2 * 86400, "2024-03-02T08:00:30", None, 26 * 3600, True, NAN),
     "1004": ("PENDING", 0, None, 1, 2, 8000, NAN, None, None, NAN, True, NAN),
     "1005": ("OUT_OF_MEMORY", 1, None, 1, 8, 64 * 1024, NAN, "2024-03-02T10:01:00", "2024-03-02T10:11:00", 600, False,
              81000),
-    "1006": ("TIMEOUT", 2, "v100", 1, 4, 16 * 1024, 1800, "2024-03-02T11:00:00", "2024-03-02T11:30:05", 1805, False, NAN),
+    "1006": ("TIMEOUT", 2, "V100", 1, 4, 16 * 1024, 1800, "2024-03-02T11:00:00", "2024-03-02T11:30:05", 1805, False, NAN),
     "2000_1": ("COMPLETED", 1, None, 1, 1, 10 * 1024, 7200, "2024-03-03T00:00:10", "2024-03-03T01:00:10", 3600, False,
                12000),
     "2000_2": ("COMPLETED", 1, None, 1, 1, 10 * 1024, 7200, "2024-03-03T00:00:12", "2024-03-03T01:10:12", 4200, False,
@@ -189,7 +189,7 @@ def test_generated_exports_read_back(tmp_path, jobs, chunk_rows):
         assert row["time_limit_s"] == job["limit"]
         assert (row["num_gpus"], row["cpus"], row["num_nodes"]) == (job["gpus"], job["cpus"], job["nodes"])
         assert row["mem_mib"] == job["mem_gib"] * 1024
-        assert _same(row["gpu_type"], job["gpu_type"] if job["gpus"] else None)
+        assert _same(row["gpu_type"], job["gpu_type"] if job["gpus"] else None)  # the reader's raw name
         want_state = job["state"].split()[0]
         assert row["state"] == want_state
         if job["gpumem_mib"] is not None and job["gpus"]:
