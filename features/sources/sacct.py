@@ -29,6 +29,8 @@ Mapping (one canonical row per job; the header line names the fields, any order,
 
 from __future__ import annotations
 
+import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -321,3 +323,27 @@ def _first_known(*arrays: np.ndarray) -> np.ndarray:
 
 def _pd_str(arr: pa.Array | pa.ChunkedArray) -> pd.Series:
     return pd.Series(pd.arrays.ArrowStringArray(pa.chunked_array([arr]) if isinstance(arr, pa.Array) else arr))
+
+
+def sacct_argv(since_ts: float, *, until: str = "now") -> list[str]:
+    """The ``sacct`` command this reader needs for jobs that ended since ``since_ts`` (all users,
+    parsable, the fields of ``FIELDS``, times in UTC when run with ``TZ=UTC``)."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since_ts))
+    return ["sacct", "-a", "-P", "-S", start, "-E", until, "-s", "CD,F,TO,OOM,NF,CA,PR,BF,DL",
+            "-o", ",".join(FIELDS)]
+
+
+def read_sacct_text(text: str, *, timezone: str = "UTC", log_end_ts: float | None = None) -> pd.DataFrame:
+    """The valid canonical jobs of ``sacct -P`` output (read and validated exactly as ``predictor
+    ingest --format sacct`` reads a file), for callers that run sacct themselves."""
+    from features.schema import validate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sacct.txt"
+        path.write_text(text)
+        frames = [f for f in SacctReader(timezone=timezone).read([path]) if len(f)]
+    if not frames:
+        return validate(pd.DataFrame({"job_id": pd.Series([], dtype=object)})).jobs
+    frame = pd.concat(frames, ignore_index=True)
+    frame = frame.loc[frame[READER_REJECT].isna()] if READER_REJECT in frame.columns else frame
+    return validate(frame.drop(columns=[READER_REJECT], errors="ignore"), log_end_ts=log_end_ts).jobs

@@ -126,6 +126,10 @@ class ClusterAdapter(Protocol):
         """Jobs running now, as canonical job rows."""
         ...
 
+    def finished_jobs(self, since_ts: float) -> pd.DataFrame:
+        """Canonical rows of the jobs that ended since ``since_ts`` (epoch seconds)."""
+        ...
+
     def plan(self, decision: Decision, now: float | None = None) -> list[Operation]:
         """The operations that would bring the scheduler in line with ``decision`` (empty: nothing to do)."""
         ...

@@ -1,16 +1,17 @@
-"""One pass of ``predictor sync``: read the cluster's pending jobs, get a decision for each, queue the
-decisions in the outbox and deliver them with the adapter.
+"""One pass of ``predictor sync``: read the cluster's pending, running and newly finished jobs, get a
+decision for each pending job, queue the decisions in the outbox and deliver them with the adapter.
 
 Decisions come from one of two places:
 
-* ``EngineDecisions`` -- the engine in this process (model from the registry or the fallback, the
-  policy file, the inventory): ``Engine.score`` decides the pending jobs as one batch;
-* ``RulesDecisions`` -- the rules layer alone on a snapshot of the cluster's pending and running
-  jobs (no model: durations unknown), for sites that have not trained one yet;
+* ``EngineDecisions`` -- the engine in this process, on the cluster's own picture
+  (``Engine.decide_cluster``): running jobs hold their GPUs, finished jobs feed the feature history and
+  the fair-share ledger, and the model in use predicts: the registry's champion (the fallback when it
+  cannot be loaded, saying why) or, for ``--decider rules``, the null predictor (the rules layer
+  alone: durations and memory unknown). One path either way; every decision names the model version;
 * ``ServiceDecisions`` -- a running ``predictor serve``: each pending job is submitted to the
-  tracked queue (``POST /v1/jobs``, idempotent by job id), jobs the cluster now runs are reported
-  (``POST /v1/jobs/{id}/events`` ``started``), and the decisions are read from ``GET /v1/queue``, so
-  the service's picture of the whole cluster decides and its stream shows what happened.
+  tracked queue (``POST /v1/jobs``, idempotent by job id), jobs the cluster now runs or has finished are
+  reported (``POST /v1/jobs/{id}/events`` ``started`` / ``finished``), and the decisions are read from
+  ``GET /v1/queue``, so the service's picture of the whole cluster decides and its stream shows it.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ import pandas as pd
 from features.errors import InputError
 from predictor.adapters.base import AppliedAction, ClusterAdapter, Operation, SchedulerError
 from predictor.adapters.delivery import decision_from_payload, deliver_due, enqueue_decisions
+from predictor.engine.engine import Engine, UsageCharge
 from predictor.policy.decision import Decision
 from predictor.store.database import Database
 
-__all__ = ["DecisionSource", "EngineDecisions", "RulesDecisions", "ServiceDecisions", "CycleReport", "run_cycle", "job_request",
-           "deliver_deferred"]
+__all__ = ["DecisionSource", "Decided", "EngineDecisions", "ServiceDecisions", "CycleReport", "run_cycle", "job_request",
+           "usage_charges", "deliver_deferred"]
 
 #: Canonical columns the service's job request accepts (besides job_id and submit_ts).
 _REQUEST_FIELDS = ("user", "team", "queue", "tier", "gpu_milli", "gpu_type", "num_nodes", "cpus", "mem_mib",
@@ -40,9 +42,20 @@ _REQUEST_FIELDS = ("user", "team", "queue", "tier", "gpu_milli", "gpu_type", "nu
                    "optimizer", "finetune_method", "batch_size", "seq_len")
 
 
+@dataclass
+class Decided:
+    """What a decision source made of one pass."""
+
+    decisions: list[Decision]
+    model_version: str = "fallback"
+    fallback_reason: str | None = None  # why no trained model decided (None: one did)
+    unplaced: tuple[str, ...] = ()  # running jobs the inventory could not hold
+    learned: int = 0  # finished jobs added to the history and the fair-share ledger this pass
+
+
 class DecisionSource(Protocol):
-    def decide(self, pending: pd.DataFrame, running: pd.DataFrame, now: float) -> list[Decision]:
-        """A decision for each pending GPU job."""
+    def decide(self, pending: pd.DataFrame, running: pd.DataFrame, finished: pd.DataFrame, now: float) -> Decided:
+        """A decision for each pending GPU job; ``finished``: jobs that ended since the last pass."""
         ...
 
 
@@ -63,37 +76,40 @@ def _gpu_jobs(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[frame["num_gpus"].fillna(0) >= 1].reset_index(drop=True)
 
 
+def usage_charges(finished: pd.DataFrame) -> list[UsageCharge]:
+    """The runs of ended GPU jobs, charged to their teams' fair-share usage."""
+    out = []
+    for row in _gpu_jobs(finished).to_dict("records"):
+        start, end, team = row.get("start_ts"), row.get("end_ts"), row.get("team")
+        if not isinstance(team, str) or pd.isna(start) or pd.isna(end) or end < start:
+            continue
+        milli = row.get("gpu_milli")
+        share = 1.0 if milli is None or pd.isna(milli) else float(milli) / 1000.0
+        out.append(UsageCharge(team, str(row["job_id"]), float(row["num_gpus"]) * share, float(start), float(end)))
+    return out
+
+
 @dataclass
 class EngineDecisions:
-    """Decide with the engine in this process."""
+    """Decide with the engine in this process, on the cluster's own picture: running jobs hold their
+    GPUs, finished jobs feed the feature history and the fair-share ledger, the model in use (the
+    registry's champion, the fallback, or the null predictor of ``--decider rules``) predicts.
+    A rules-only decider is this with a null predictor, not another path."""
 
-    engine: Any  # predictor.engine.engine.Engine
+    engine: Engine
 
-    def decide(self, pending: pd.DataFrame, running: pd.DataFrame, now: float) -> list[Decision]:
-        jobs = _gpu_jobs(pending)
-        if jobs.empty:
-            return []
-        return [scored.decision for scored in self.engine.score(jobs, now)]
-
-
-@dataclass
-class RulesDecisions:
-    """Decide with the rules layer alone (no duration/memory model: it treats durations as unknown),
-    on a snapshot of the cluster's pending and running jobs placed on the inventory."""
-
-    policy: Any  # predictor.policy.config.PolicyConfig
-    inventory: Any  # predictor.capacity.inventory.Inventory
-
-    def decide(self, pending: pd.DataFrame, running: pd.DataFrame, now: float) -> list[Decision]:
-        from predictor.policy.scheduler import decide
-        from tests.builders import snapshot_from_jobs
-
-        jobs = _gpu_jobs(pending)
-        if jobs.empty:
-            return []
-        table = pd.concat([jobs, _gpu_jobs(running)], ignore_index=True)
-        plan = decide(snapshot_from_jobs(table, self.inventory, now), self.policy)
-        return [plan.decision_for(str(j)) for j in jobs["job_id"]]
+    def decide(self, pending: pd.DataFrame, running: pd.DataFrame, finished: pd.DataFrame, now: float) -> Decided:
+        learned = 0
+        if len(finished):
+            learned = self.engine.add_finished(finished.to_dict("records"))
+            self.engine.charge(usage_charges(finished))
+        model = self.engine.model.current
+        if _gpu_jobs(pending).empty:
+            return Decided([], model.version, model.fallback_reason if model.fallback else None, (), learned)
+        result = self.engine.decide_cluster(pending, running, now)
+        model = result.model
+        return Decided(result.decisions, model.version, model.fallback_reason if model.fallback else None,
+                       result.unplaced, learned)
 
 
 @dataclass
@@ -122,7 +138,7 @@ class ServiceDecisions:
             raise InputError(f"service {self.url}: {method} {path} -> HTTP {resp.status_code}: {resp.text[:300]}")
         return resp
 
-    def decide(self, pending: pd.DataFrame, running: pd.DataFrame, now: float) -> list[Decision]:
+    def decide(self, pending: pd.DataFrame, running: pd.DataFrame, finished: pd.DataFrame, now: float) -> Decided:
         jobs = _gpu_jobs(pending)
         for row in jobs.to_dict("records"):
             self._request("POST", "/v1/jobs", json=job_request(row))
@@ -133,9 +149,19 @@ class ServiceDecisions:
                 start = row.get("start_ts")
                 event = {"kind": "started", **({"ts": float(start)} if start is not None and not pd.isna(start) else {})}
                 self._request("POST", f"/v1/jobs/{quote(str(row['job_id']), safe='')}/events", json=event)
+        learned = 0
+        for row in _gpu_jobs(finished).to_dict("records"):  # tracked jobs the cluster ran to the end
+            job = tracked.get(str(row["job_id"]))
+            if job is not None and job.get("status") == "running" and not pd.isna(row.get("end_ts")):
+                event = {"kind": "finished", "ts": float(row["end_ts"]), "state": str(row.get("state") or "COMPLETED")}
+                self._request("POST", f"/v1/jobs/{quote(str(row['job_id']), safe='')}/events", json=event)
+                learned += 1
         wanted = set(jobs["job_id"].astype(str))
-        return [decision_from_payload(j["decision"]) for job_id, j in tracked.items()
-                if job_id in wanted and j.get("decision")]
+        decisions = [decision_from_payload(j["decision"]) for job_id, j in tracked.items()
+                     if job_id in wanted and j.get("decision")]
+        version = decisions[0].model_version if decisions else "service"
+        return Decided(decisions, version, None if not any(d.fallback for d in decisions) else "the service's fallback",
+                       (), learned)
 
 
 @dataclass
@@ -145,6 +171,10 @@ class CycleReport:
     pending: int
     running: int
     decisions: list[Decision]
+    finished: int = 0
+    model_version: str = "fallback"
+    fallback_reason: str | None = None
+    unplaced: tuple[str, ...] = ()
     planned: dict[str, list[Operation]] = field(default_factory=dict)  # dry run: job id -> operations
     errors: dict[str, str] = field(default_factory=dict)  # dry run: job id -> why it cannot be planned
     applied: list[AppliedAction] = field(default_factory=list)
@@ -156,12 +186,17 @@ class CycleReport:
 
 
 def run_cycle(adapter: ClusterAdapter, source: DecisionSource, db: Database | None, now: float | None = None,
-              dry_run: bool = False) -> CycleReport:
-    """One pass: read, decide, then plan (dry run) or queue and deliver."""
+              dry_run: bool = False, finished_since_ts: float | None = None) -> CycleReport:
+    """One pass: read (pending, running, and the jobs that ended since ``finished_since_ts``), decide,
+    then plan (dry run) or queue and deliver."""
     now = time.time() if now is None else now
     pending, running = adapter.pending_jobs(), adapter.running_jobs()
-    decisions = source.decide(pending, running, now)
-    report = CycleReport(pending=len(pending), running=len(running), decisions=decisions)
+    finished = adapter.finished_jobs(finished_since_ts) if finished_since_ts is not None else pending.iloc[:0]
+    decided = source.decide(pending, running, finished, now)
+    decisions = decided.decisions
+    report = CycleReport(pending=len(pending), running=len(running), decisions=decisions, finished=len(finished),
+                         model_version=decided.model_version, fallback_reason=decided.fallback_reason,
+                         unplaced=decided.unplaced)
     if dry_run:
         for d in decisions:
             try:

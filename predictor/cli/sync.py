@@ -23,7 +23,6 @@ from predictor.adapters.sync_cycle import (
     CycleReport,
     DecisionSource,
     EngineDecisions,
-    RulesDecisions,
     ServiceDecisions,
     deliver_deferred,
     run_cycle,
@@ -62,16 +61,28 @@ def make_adapter(target: str, slurm_conf: Path | None, kube_api_version: str, mo
     raise InputError(f"--target must be slurm or kueue, got {target!r}")
 
 
+def _model_line(report: CycleReport) -> str:
+    if report.fallback_reason:
+        return f"model: {report.model_version} (fallback: {report.fallback_reason})"
+    return f"model: {report.model_version}"
+
+
 def _print(report: CycleReport, dry_run: bool, as_json: bool) -> None:
-    head = f"{report.pending} pending, {report.running} running, {len(report.decisions)} decision(s)"
+    head = (f"{report.pending} pending, {report.running} running, {report.finished} newly finished, "
+            f"{len(report.decisions)} decision(s); {_model_line(report)}")
     if as_json:
-        doc = {"pending": report.pending, "running": report.running, "dry_run": dry_run,
+        doc = {"pending": report.pending, "running": report.running, "finished": report.finished,
+               "model_version": report.model_version, "fallback_reason": report.fallback_reason,
+               "unplaced_running": list(report.unplaced), "dry_run": dry_run,
                "planned": {j: [op.to_dict() for op in ops] for j, ops in report.planned.items()},
                "errors": report.errors,
                "applied": [r.to_dict() for r in report.applied]}
         typer.echo(json.dumps(doc))
         return
     typer.echo(head)
+    if report.unplaced:
+        typer.echo(f"  {len(report.unplaced)} running job(s) hold no GPU of the inventory (they run outside it): "
+                   + ", ".join(report.unplaced[:10]))
     for job_id, ops in report.planned.items():
         if not ops:
             typer.echo(f"  {job_id}: nothing to change")
@@ -86,6 +97,25 @@ def _print(report: CycleReport, dry_run: bool, as_json: bool) -> None:
                    + (f": {r.error}" if r.error else ""))
         for op in r.done:
             typer.echo(f"    done: {op.render()}")
+
+
+def _engine(settings, decider: str):  # noqa: ANN001, ANN202 - EngineSettings -> Engine
+    """The engine of ``--decider engine`` (the champion loaded now; the fallback says why not) or
+    ``--decider rules`` (the null predictor)."""
+    from predictor.engine.wiring import build_engine
+
+    if decider == "rules":
+        from models.fixed import NULL_VERSION, NullPredictor
+        from predictor.engine.model_slot import ModelSlot
+
+        if settings.inventory_file is None:
+            raise InputError("--decider rules needs --inventory (or PREDICTOR_INVENTORY_FILE) naming the cluster's nodes")
+        slot = ModelSlot.fixed(NullPredictor(), NULL_VERSION, fallback_reason="--decider rules: no model")
+        engine, _ = build_engine(settings, model=slot)
+        return engine
+    engine, _ = build_engine(settings)
+    engine.model.check_once()  # load the champion before the first decision
+    return engine
 
 
 def register(app: typer.Typer) -> None:
@@ -103,10 +133,15 @@ def register(app: typer.Typer) -> None:
         max_wait: Annotated[float, typer.Option("--max-wait", help="--once: longest wait for eviction grace periods.")] = 300.0,
         as_json: Annotated[bool, typer.Option("--json", help="One JSON document per pass.")] = False,
         decider: Annotated[str, typer.Option("--decider", help=(
-            "engine: model + rules in this process; rules: the rules layer alone (no model)."))] = "engine",
+            "engine: the registry's champion model + the rules layer in this process; rules: the same "
+            "engine with no model (durations and memory unknown)."))] = "engine",
         policy: Annotated[Path | None, typer.Option("--policy", help="Policy file (default: PREDICTOR_POLICY_FILE "
                                                     "or the shipped one).")] = None,
-        inventory: Annotated[str | None, typer.Option("--inventory", help="Inventory for --decider rules.")] = None,
+        inventory: Annotated[str | None, typer.Option("--inventory", help=(
+            "Inventory of the cluster's nodes (default: PREDICTOR_INVENTORY_FILE)."))] = None,
+        history_days: Annotated[float, typer.Option("--history-days", min=0.0, help=(
+            "Finished jobs read back at start (sacct / finished Workloads) to seed the features and "
+            "fair-share; later passes read what ended since the previous one."))] = 30.0,
         slurm_priority_mode: Annotated[str, typer.Option("--slurm-priority-mode", help=(
             "absolute: set the job priority (freezes Slurm's own factors); nice: add it as a nice value."))] = "absolute",
         retries: Annotated[int, typer.Option("--retries", min=1, help=(
@@ -114,27 +149,24 @@ def register(app: typer.Typer) -> None:
         move_queues: Annotated[bool, typer.Option("--move-queues", help=(
             "Also move jobs to the partition / LocalQueue a decision names (off: only priority and the rest)."))] = False,
     ) -> None:
-        """Pull pending jobs, decide, and apply the decisions to Slurm or Kueue."""
+        """Pull pending, running and finished jobs, decide, and apply the decisions to Slurm or Kueue.
+
+        Example: predictor sync --target slurm --once --dry-run --inventory cluster.yaml --policy site-policy.yaml
+        """
         adapter = make_adapter(target, slurm_conf, kube_api_version, move_queues, retries, slurm_priority_mode)
         source: DecisionSource
         from predictor.engine.wiring import get_engine_settings
 
         settings = get_engine_settings()
+        updates = {k: v for k, v in (("policy_file", policy), ("inventory_file", Path(inventory) if inventory else None))
+                   if v is not None}
+        settings = settings.model_copy(update=updates)
+        engine = None
         if service:
             source = ServiceDecisions(service, token)
-        elif decider == "engine":
-            from predictor.engine.wiring import build_engine
-
-            engine, _ = build_engine(settings)
+        elif decider in ("engine", "rules"):
+            engine = _engine(settings, decider)
             source = EngineDecisions(engine)
-        elif decider == "rules":
-            from predictor.capacity.inventory_sources import load_inventory
-            from predictor.policy.presets import load_policy
-
-            spec = inventory or settings.inventory_file
-            if spec is None:
-                raise InputError("--decider rules needs --inventory (or PREDICTOR_INVENTORY_FILE) naming the cluster's nodes")
-            source = RulesDecisions(load_policy(policy or settings.policy_file), load_inventory(spec))
         else:
             raise InputError(f"--decider must be engine or rules, got {decider!r}")
         db = None
@@ -143,9 +175,14 @@ def register(app: typer.Typer) -> None:
 
             db = Database(settings.database_url)
             db.upgrade()
+        if engine is not None and not once:
+            engine.model.start()  # follow the registry alias between passes (hot reload)
+        since = time.time() - history_days * 86400.0
         while True:
+            started = time.time()
             try:
-                report = run_cycle(adapter, source, db, dry_run=dry_run)
+                report = run_cycle(adapter, source, db, dry_run=dry_run, finished_since_ts=since)
+                since = started
             except SchedulerError as exc:  # could not even read the queue: say so, try next pass
                 typer.echo(f"error: {target} unavailable: {exc}", err=True)
                 if once:

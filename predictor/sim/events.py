@@ -34,9 +34,10 @@ class EventKind(IntEnum):
 
     COMPLETION = 0  # a running job finished its work
     OOM = 1  # a running job crashed because its GPU memory was too small
-    RELEASE = 2  # GPUs of an evicted job come back after the eviction's grace period
-    ARRIVAL = 3  # a job is submitted
-    WAKEUP = 4  # nothing changes, but a decision may (a reservation expires or is due)
+    TIMEOUT = 2  # the scheduler ends a running job at its time limit
+    RELEASE = 3  # GPUs of an evicted job come back after the eviction's grace period
+    ARRIVAL = 4  # a job is submitted
+    WAKEUP = 5  # nothing changes, but a decision may (a reservation expires or is due)
 
 
 @dataclass(frozen=True, slots=True, order=True)

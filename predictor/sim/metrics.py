@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictor.sim.progress import JobStatus
+from predictor.sim.progress import ENDED, JobStatus
 from predictor.sim.record import ReplayRecord, SegmentEnd
 
 __all__ = [
@@ -184,10 +184,11 @@ def policy_metrics(record: ReplayRecord, config: MetricsConfig | None = None) ->
     """
     cfg = config or MetricsConfig()
     jobs = record.jobs
-    done = record.status == JobStatus.DONE
+    done = np.isin(record.status, ENDED)  # ended and left the cluster (TIMEOUT: at its limit)
+    worked = record.status == JobStatus.DONE  # did all its work
     jct = record.end[done] - jobs.submit_s[done]
     wait_done = record.wait_s[done]
-    unfinished = ~np.isin(record.status, (JobStatus.DONE, JobStatus.REJECTED, JobStatus.FAILED))
+    unfinished = ~np.isin(record.status, (*ENDED, JobStatus.REJECTED, JobStatus.FAILED))
     queued = record.status == JobStatus.PENDING  # still queued when the replay ended
     wait_all = record.wait_s + np.where(queued, record.end_time - record.queued_since, 0.0)
     gpus = jobs.milli_demand / 1000.0
@@ -203,7 +204,7 @@ def policy_metrics(record: ReplayRecord, config: MetricsConfig | None = None) ->
     util_arrivals = (float(np.diff(used_by_last_submit)[0] / (record.total_gpus * arrival_span))
                      if arrival_span > 0 else float("nan"))
     has_deadline = np.isfinite(jobs.deadline_s)
-    late = has_deadline & (~done | (np.nan_to_num(record.end, nan=np.inf) > jobs.deadline_s))
+    late = has_deadline & (~worked | (np.nan_to_num(record.end, nan=np.inf) > jobs.deadline_s))
     lost_gpu_h = record.seg_lost_s * gpus[record.seg_job] / 3600.0
     jain, jain_windows, received_total, entitled_total = _fairness(record, cfg.fairness_window_s)
 
@@ -237,7 +238,8 @@ def policy_metrics(record: ReplayRecord, config: MetricsConfig | None = None) ->
     kind = record.seg_kind
     extra = {
         "jobs": int(len(jobs)),
-        "jobs_finished": int(done.sum()),
+        "jobs_finished": int(worked.sum()),
+        "jobs_timed_out": int((record.status == JobStatus.TIMEOUT).sum()),
         "jobs_rejected": int((record.status == JobStatus.REJECTED).sum()),
         "jobs_failed_oom": int((record.status == JobStatus.FAILED).sum()),
         "jobs_unfinished": int(unfinished.sum()),
@@ -245,6 +247,8 @@ def policy_metrics(record: ReplayRecord, config: MetricsConfig | None = None) ->
         "utilization_while_jobs_arrive": util_arrivals,
         "gpu_hours_lost_preemption": float(lost_gpu_h[kind == SegmentEnd.PREEMPTED].sum()),
         "gpu_hours_lost_oom": float(lost_gpu_h[kind == SegmentEnd.OOM].sum()),
+        "gpu_hours_timed_out": float(((record.seg_end - record.seg_start) * gpus[record.seg_job]
+                                      )[kind == SegmentEnd.TIMEOUT].sum() / 3600.0),
         "jobs_with_deadline": int(has_deadline.sum()),
         "jain_windows": jain_windows,
         "starvation_threshold_s": cfg.starvation_s,

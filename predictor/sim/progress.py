@@ -15,6 +15,10 @@ Rules (the physics of a replay, documented once here)
   (out of memory) ``SimConfig.oom_after_s`` into its run (or at its end, if sooner), losing the whole
   run; it is resubmitted at once, its true peak memory now known, up to ``SimConfig.max_oom_retries``
   times, after which it ends in state OUT_OF_MEMORY.
+- A job with a time limit ``L`` (``time_limit_s``) whose run would take longer is ended by the
+  scheduler ``L`` after that run started, in state TIMEOUT (Slurm's TIMEOUT, Kueue's
+  ``maximumExecutionTimeSeconds``): it holds its GPUs until then and its work is not done. A run
+  restarted after a preemption or a crash gets the whole limit again (Slurm requeues with it).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 
 from predictor.sim.workload import JobTable
 
-__all__ = ["JobStatus", "JobProgress"]
+__all__ = ["JobStatus", "JobProgress", "ENDED"]
 
 
 class JobStatus(IntEnum):
@@ -35,6 +39,10 @@ class JobStatus(IntEnum):
     DONE = 3  # finished its work
     REJECTED = 4  # the rules layer said it can never run here, or nothing could ever place it
     FAILED = 5  # out of memory too many times
+    TIMEOUT = 6  # ended by the scheduler at its time limit, work not done
+
+#: States in which a job has ended and occupies nothing (its completion time is known).
+ENDED = (JobStatus.DONE, JobStatus.TIMEOUT)
 
 
 class JobProgress:
@@ -98,6 +106,13 @@ class JobProgress:
         self._stop(j, now)
         self.remaining[j] = 0.0
         self.status[j] = JobStatus.DONE
+        self.end[j] = now
+
+    def time_out(self, j: int, now: float) -> None:
+        """The scheduler ended job ``j`` at its time limit (``now``); its remaining work stays undone."""
+        elapsed = self._stop(j, now)
+        self.remaining[j] = max(self.remaining[j] - elapsed / self.run_slowdown[j], 0.0)
+        self.status[j] = JobStatus.TIMEOUT
         self.end[j] = now
 
     def evict(self, j: int, now: float) -> float:

@@ -10,8 +10,9 @@ from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
-from predictor.sim.progress import JobProgress
+from predictor.sim.progress import JobProgress, JobStatus
 from predictor.sim.workload import JobTable
 
 __all__ = ["SegmentEnd", "ReplayRecorder", "ReplayRecord"]
@@ -23,6 +24,7 @@ class SegmentEnd:
     COMPLETED = 0
     PREEMPTED = 1
     OOM = 2
+    TIMEOUT = 3  # ended at its time limit
 
 
 class ReplayRecorder:
@@ -100,11 +102,13 @@ class ReplayRecord:
     rejected_reasons: dict[int, str] = field(default_factory=dict)
     team_shares: dict[str, float] = field(default_factory=dict)  # configured entitlement weights
     notes: tuple[str, ...] = ()
+    pred_p50_s: np.ndarray | None = None  # the p50 run time the policy was told at submit (NaN: none)
 
     @classmethod
     def build(cls, *, policy: str, jobs: JobTable, progress: JobProgress, recorder: ReplayRecorder,
               total_gpus: int, end_time: float, events: int, wall_s: float,
-              team_shares: dict[str, float] | None = None, notes: tuple[str, ...] = ()) -> ReplayRecord:
+              team_shares: dict[str, float] | None = None, notes: tuple[str, ...] = (),
+              pred_p50_s: np.ndarray | None = None) -> ReplayRecord:
         r = recorder
         return cls(
             policy=policy,
@@ -139,4 +143,36 @@ class ReplayRecord:
             rejected_reasons=dict(r.rejected_by_rules),
             team_shares=dict(team_shares or {}),
             notes=notes,
+            pred_p50_s=None if pred_p50_s is None else np.asarray(pred_p50_s, dtype=np.float64).copy(),
         )
+
+    def jobs_frame(self) -> pd.DataFrame:
+        """One row per replayed job: ``job_id``, ``policy``, ``team``, ``num_gpus``, ``gpu_type``,
+        ``submit_ts``, ``start_ts`` (first start), ``end_ts``, ``state`` (COMPLETED, TIMEOUT,
+        OUT_OF_MEMORY, REJECTED, or PENDING / RUNNING when the replay ended first), ``wait_s``,
+        ``time_limit_s``, ``pred_p50_s`` (what the policy was told at submit); times in epoch seconds."""
+        jobs, origin = self.jobs, self.jobs.origin_ts
+        n = len(jobs)
+        states = np.array(["PENDING"] * n, dtype=object)
+        for status, name in _STATE_NAMES.items():
+            states[self.status == status] = name
+        frame = jobs.frame
+        return pd.DataFrame({
+            "job_id": jobs.job_ids.astype(str),
+            "policy": self.policy,
+            "team": [jobs.teams[c] for c in jobs.team_code],
+            "num_gpus": jobs.num_gpus.astype(np.int64),
+            "gpu_type": frame["gpu_type"].astype("string").to_numpy() if "gpu_type" in frame else None,
+            "submit_ts": jobs.submit_s + origin,
+            "start_ts": self.first_start + origin,
+            "end_ts": self.end + origin,
+            "state": states,
+            "wait_s": self.wait_s,
+            "time_limit_s": jobs.time_limit_s,
+            "pred_p50_s": np.full(n, np.nan) if self.pred_p50_s is None else self.pred_p50_s,
+        })
+
+
+_STATE_NAMES = {JobStatus.PENDING: "PENDING", JobStatus.RUNNING: "RUNNING", JobStatus.DONE: "COMPLETED",
+                JobStatus.TIMEOUT: "TIMEOUT", JobStatus.REJECTED: "REJECTED", JobStatus.FAILED: "OUT_OF_MEMORY",
+                JobStatus.FUTURE: "PENDING"}

@@ -169,6 +169,7 @@ class Replay:
             policy=self.rules.name, jobs=self.jobs, progress=self.progress, recorder=self.recorder,
             total_gpus=self.cluster.total_gpus, end_time=self.events.now, events=self.events.popped,
             wall_s=time.perf_counter() - started, team_shares=self.rules.team_shares(), notes=notes,
+            pred_p50_s=self.predictions.p50_s,
         )
 
     def step(self) -> bool:
@@ -197,6 +198,12 @@ class Replay:
                 self.progress.complete(ev.job, now)
                 self.rules.job_stopped(ev.job, run.begin, now, self.progress)
                 self.recorder.segment(ev.job, run.begin, now, SegmentEnd.COMPLETED, 0.0, run.placement_class)
+                self._finished += 1
+            elif ev.kind is EventKind.TIMEOUT:
+                run = self._release(ev.job)
+                self.progress.time_out(ev.job, now)
+                self.rules.job_stopped(ev.job, run.begin, now, self.progress)
+                self.recorder.segment(ev.job, run.begin, now, SegmentEnd.TIMEOUT, 0.0, run.placement_class)
                 self._finished += 1
             elif ev.kind is EventKind.OOM:
                 run = self._release(ev.job)
@@ -327,10 +334,14 @@ class Replay:
         self.rules.job_started(j, d)
         peak = self.jobs.peak_vram_mib[j]
         memory = self.cluster.memory_of(gpus) * milli / 1000.0
+        limit = self.jobs.time_limit_s[j]
+        epoch = int(self.progress.epoch[j])
         if peak > memory:  # False when either is unknown (NaN)
-            self.events.push(begin + min(self.config.oom_after_s, wall), EventKind.OOM, j, int(self.progress.epoch[j]))
+            self.events.push(begin + min(self.config.oom_after_s, wall), EventKind.OOM, j, epoch)
+        elif limit < wall:  # False without a limit (NaN): the scheduler ends the run at its limit
+            self.events.push(begin + limit, EventKind.TIMEOUT, j, epoch)
         else:
-            self.events.push(begin + wall, EventKind.COMPLETION, j, int(self.progress.epoch[j]))
+            self.events.push(begin + wall, EventKind.COMPLETION, j, epoch)
 
     def _evict(self, job_id: str, now: float) -> None:
         v = self.row_of.get(job_id)

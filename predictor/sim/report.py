@@ -27,9 +27,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 
 from predictor.sim.metrics import METRIC_KEYS, MetricsConfig, policy_metrics, team_windows  # noqa: E402
-from predictor.sim.progress import JobStatus  # noqa: E402
+from predictor.sim.progress import ENDED  # noqa: E402
 from predictor.sim.record import ReplayRecord  # noqa: E402
 
 __all__ = ["build_report", "write_report", "render_html"]
@@ -81,7 +82,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def write_report(records: list[ReplayRecord], run: Mapping, out_dir: Path,
                  config: MetricsConfig | None = None) -> tuple[Path, Path]:
-    """Write ``report.json`` and ``report.html`` into ``out_dir`` (created if needed), atomically.
+    """Write ``report.json``, ``report.html`` and ``jobs.parquet`` (one row per replayed job and policy,
+    ``ReplayRecord.jobs_frame``) into ``out_dir`` (created if needed), each atomically.
 
     Returns
     -------
@@ -94,6 +96,10 @@ def write_report(records: list[ReplayRecord], run: Mapping, out_dir: Path,
     page = render_html(doc, records, config or MetricsConfig())
     _atomic_write(json_path, (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
     _atomic_write(html_path, page.encode())
+    table = pd.concat([r.jobs_frame() for r in records], ignore_index=True) if records else pd.DataFrame()
+    buf = io.BytesIO()
+    table.to_parquet(buf, index=False)
+    _atomic_write(out_dir / "jobs.parquet", buf.getvalue())
     return json_path, html_path
 
 
@@ -112,7 +118,7 @@ def _hours(x: np.ndarray) -> np.ndarray:
 def _jct_cdf(records: list[ReplayRecord]) -> str:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for rec in records:
-        done = rec.status == JobStatus.DONE
+        done = np.isin(rec.status, ENDED)
         jct = np.sort(rec.end[done] - rec.jobs.submit_s[done])
         if len(jct):
             ax.step(np.maximum(jct, 1.0), np.arange(1, len(jct) + 1) / len(jct), where="post", label=rec.policy)
@@ -245,7 +251,7 @@ def _metric_table(doc: dict) -> str:
 
 
 def _extra_table(doc: dict) -> str:
-    keys = ["jobs", "jobs_finished", "jobs_rejected", "jobs_failed_oom", "jobs_unfinished", "oom_failures",
+    keys = ["jobs", "jobs_finished", "jobs_timed_out", "jobs_rejected", "jobs_failed_oom", "jobs_unfinished", "oom_failures",
             "gpu_hours_lost_preemption", "gpu_hours_lost_oom", "reservations_made", "jain_windows"]
     head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
     rows = []

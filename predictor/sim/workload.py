@@ -133,6 +133,14 @@ class JobTable:
         return len(self.submit_s)
 
     @cached_property
+    def time_limit_s(self) -> np.ndarray:
+        """Each job's time limit in seconds (NaN: none); the replay ends a run at it (TIMEOUT)."""
+        if "time_limit_s" not in self.frame.columns:
+            return np.full(len(self), np.nan)
+        limit = self.frame["time_limit_s"].to_numpy(dtype="float64", na_value=np.nan)
+        return np.where(limit > 0, limit, np.nan)
+
+    @cached_property
     def job_ids(self) -> np.ndarray:
         """Job ids as an object array of str (computed once)."""
         return self.frame["job_id"].astype(str).to_numpy(dtype=object)

@@ -146,6 +146,13 @@ class KueueAdapter:
         items, _ = self.retry.call(self.workloads)
         return workload_rows([w for w in items if w.running], now=self.clock())
 
+    def finished_jobs(self, since_ts: float) -> pd.DataFrame:
+        """Workloads that ended (``Finished``, or evicted for good) since ``since_ts``, as the Kueue
+        reader reads them: the history the features and the fair-share ledger learn from."""
+        items, _ = self.retry.call(self.workloads)
+        rows = workload_rows([w for w in items if not w.pending and not w.running], now=self.clock())
+        return rows.loc[rows["end_ts"].notna() & (rows["end_ts"] >= since_ts)].reset_index(drop=True)
+
     # -- planning ------------------------------------------------------------------------------
 
     def _patch_workload(self, w: KueueWorkload, kind: str, body: dict[str, Any], why: str,

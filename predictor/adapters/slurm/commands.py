@@ -52,8 +52,8 @@ class SlurmCommands:
             head = os.path.join(self.bin_dir, head)
         return [head, *rest]
 
-    def run(self, argv: Sequence[str]) -> str:
-        """Run one command; return its stdout.
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> str:
+        """Run one command (``env``: more variables for this one, e.g. ``TZ``); return its stdout.
 
         Raises
         ------
@@ -66,7 +66,7 @@ class SlurmCommands:
         cmd = self._argv(argv)
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s,
-                                 env={**os.environ, **self.env})
+                                 env={**os.environ, **self.env, **(env or {})})
         except subprocess.TimeoutExpired:
             raise SchedulerUnavailable(f"{argv[0]} timed out after {self.timeout_s:.0f} s") from None
         except FileNotFoundError:

@@ -13,7 +13,6 @@ from predictor.adapters.kueue.adapter import KueueAdapter
 from predictor.adapters.retry import RetryPolicy
 from predictor.adapters.sync_cycle import (
     EngineDecisions,
-    RulesDecisions,
     ServiceDecisions,
     job_request,
     run_cycle,
@@ -61,9 +60,18 @@ def test_job_request_drops_nulls_and_keeps_the_request():
     assert body == {"job_id": "vision/job-a", "num_gpus": 2, "team": "vision", "submit_ts": 100.0}
 
 
+def _rules_engine(inventory):
+    from models.fixed import NullPredictor
+    from predictor.engine.engine import Engine
+    from predictor.engine.model_slot import ModelSlot
+
+    slot = ModelSlot.fixed(NullPredictor(), "none", fallback_reason="rules only")
+    return Engine(model=slot, policy=load_policy(None), inventory=inventory)
+
+
 def test_rules_decisions_applied_through_the_outbox(kube, db):
     adapter, custom = kube
-    source = RulesDecisions(load_policy(None), homogeneous_inventory(16))
+    source = EngineDecisions(_rules_engine(homogeneous_inventory(16)))
     dry = run_cycle(adapter, source, None, now=NOW, dry_run=True)
     assert (dry.pending, dry.running) == (2, 1) and set(dry.planned) == {"vision/job-a", "nlp/job-b"}
     assert _priorities(custom) == {"vision/job-a": 0, "nlp/job-b": 0, "nlp/job-c": 0}  # dry run: untouched
@@ -73,6 +81,20 @@ def test_rules_decisions_applied_through_the_outbox(kube, db):
     assert {k: v for k, v in _priorities(custom).items() if k in want} == want
     with db.session() as s:
         assert outbox_counts(s, "kueue") == {"delivered": 2}
+
+
+def test_a_pending_job_never_gets_the_gpus_a_running_job_holds(kube):
+    adapter, _ = kube
+    engine = _rules_engine(homogeneous_inventory(16))
+    report = run_cycle(adapter, EngineDecisions(engine), None, now=NOW, dry_run=True)
+    assert report.model_version == "none" and report.fallback_reason == "rules only"
+    result = engine.decide_cluster(adapter.pending_jobs(), adapter.running_jobs(), NOW)
+    held = set(result.picture.running.alloc_gpus.tolist())
+    assert len(held) == 4 and result.picture.running.job_id.tolist() == ["nlp/job-c"]
+    for d in result.decisions:
+        if d.placement is not None:
+            taken = {result.picture.layout.gpu_index(n, g) for n, idx in d.placement.gpu_indices for g in idx}
+            assert not taken & held, d.job_id
 
 
 def test_service_decisions_through_the_real_app(kube, db, tmp_path):

@@ -34,6 +34,14 @@ def test_replays_policies_and_writes_both_reports(tmp_path, capsys):
     assert all(m["avg_jct_s"] >= mean_run and m["utilization"] <= 1.0 for m in doc["policies"].values())
     assert (out / "report.html").read_text().startswith("<!doctype html>")
     assert "sjf-oracle" in capsys.readouterr().out
+    import pandas as pd
+
+    table = pd.read_parquet(out / "jobs.parquet")
+    assert list(table.columns) == ["job_id", "policy", "team", "num_gpus", "gpu_type", "submit_ts", "start_ts", "end_ts",
+                                   "state", "wait_s", "time_limit_s", "pred_p50_s"]
+    assert len(table) == 12 and set(table["policy"]) == {"fifo", "sjf-oracle"} and set(table["state"]) == {"COMPLETED"}
+    oracle = table[table["policy"] == "sjf-oracle"]
+    assert (oracle["pred_p50_s"] > 0).all()  # the oracle told the policy the true run times
 
 
 def test_a_job_bigger_than_the_cluster_is_reported(tmp_path):

@@ -55,6 +55,27 @@ def test_three_jobs_on_eight_gpus(policy, ends):
     assert metrics["avg_jct_s"] == pytest.approx(np.mean([ends[j] - submit[j] for j in ends]))
 
 
+@pytest.mark.parametrize("policy", ["fifo", "ours-oracle"])
+def test_a_job_past_its_time_limit_ends_timeout_at_the_limit(policy):
+    """Slurm ends a job at its limit (TIMEOUT), Kueue at maximumExecutionTimeSeconds: so does the replay."""
+    rows = (JobRows().add("long", gpus=8, run=500, submit=0, time_limit_s=120)
+            .add("next", gpus=8, run=50, submit=1, time_limit_s=3600))
+    rec = run(rows, policy)
+    ends = dict(zip(rec.jobs.job_ids, rec.end, strict=True))
+    status = dict(zip(rec.jobs.job_ids, rec.status, strict=True))
+    assert ends == {"long": 120.0, "next": 170.0} and status["long"] == JobStatus.TIMEOUT
+    assert status["next"] == JobStatus.DONE
+    long_segments = rec.seg_job == 0
+    assert rec.seg_kind[long_segments].tolist() == [SegmentEnd.TIMEOUT]
+    _, extra = policy_metrics(rec)
+    assert extra["jobs_timed_out"] == 1 and extra["jobs_finished"] == 1
+    assert extra["gpu_hours_timed_out"] == pytest.approx(8 * 120 / 3600)  # GPU time counted to the limit
+    table = rec.jobs_frame().set_index("job_id")
+    assert table.loc["long", "state"] == "TIMEOUT" and table.loc["next", "state"] == "COMPLETED"
+    assert table.loc["long", "end_ts"] - table.loc["long", "start_ts"] == 120.0
+    assert table.loc["long", "time_limit_s"] == 120.0 and table.loc["long", "policy"] == policy
+
+
 def test_a_job_bigger_than_the_cluster_is_reported_not_waited_for():
     rows = three_jobs().add("huge", gpus=64, submit=5)
     rec = run(rows, "ours-oracle")
