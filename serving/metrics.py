@@ -1,8 +1,8 @@
 """Prometheus metrics of one service process, in their own registry (so apps in tests don't clash).
 
 With several uvicorn workers each process keeps its own counters; a scrape reaches one worker.
-Queue length and the outbox are read from the store at scrape time, so they are the same whichever
-worker answers. What an operator alerts on (deploy/monitoring/alerts.yaml, docs/deployment.md):
+Queue length and the outbox (``predictor.adapters.metrics.OutboxCollector``, which the sync loop
+exports too) are read from the store at scrape time, so they are the same whichever worker answers. What an operator alerts on (deploy/monitoring/alerts.yaml, docs/deployment.md):
 
 ==========================================================  =============================================
 metric                                                      meaning
@@ -24,25 +24,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from predictor.adapters.metrics import OutboxBacklog, OutboxCollector
+
 __all__ = ["ServiceMetrics", "OutboxBacklog", "CONTENT_TYPE"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxBacklog:
-    """One delivery target's outbox: items per status and when the oldest pending one was queued."""
-
-    target: str
-    counts: dict[str, int]
-    oldest_pending_ts: float | None
 
 
 class _QueueLengthCollector(Collector):
@@ -62,38 +54,6 @@ class _QueueLengthCollector(Collector):
         for status, n in sorted(self._counts().items()):
             family.add_metric([status], float(n))
         yield family
-
-
-class _OutboxCollector(Collector):
-    """The outbox backlog per target, read from the store at scrape time."""
-
-    STATUSES = ("pending", "delivered", "dead")
-
-    def __init__(self, backlog: Callable[[], list[OutboxBacklog]], clock: Callable[[], float]) -> None:
-        self._backlog = backlog
-        self._clock = clock
-
-    @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
-        return (GaugeMetricFamily("predictor_outbox_items", "Decisions in the outbox by target and status",
-                                  labels=["target", "status"]),
-                GaugeMetricFamily("predictor_outbox_oldest_pending_age_seconds",
-                                  "Seconds since the oldest decision not yet delivered was queued (0: none)",
-                                  labels=["target"]))
-
-    def describe(self) -> Iterable[GaugeMetricFamily]:
-        yield from self._families()
-
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        items, oldest = self._families()
-        now = self._clock()
-        for b in sorted(self._backlog(), key=lambda b: b.target):
-            for status in self.STATUSES:
-                items.add_metric([b.target, status], float(b.counts.get(status, 0)))
-            age = 0.0 if b.oldest_pending_ts is None else max(now - b.oldest_pending_ts, 0.0)
-            oldest.add_metric([b.target], age)
-        yield items
-        yield oldest
 
 
 class _ModelAgeCollector(Collector):
@@ -161,7 +121,7 @@ class ServiceMetrics:
         r.register(_QueueLengthCollector(queue_counts))
         r.register(_ModelAgeCollector(lambda: self._model_created_ts, clock))
         if outbox_backlog is not None:
-            r.register(_OutboxCollector(outbox_backlog, clock))
+            r.register(OutboxCollector(outbox_backlog, clock))
 
     def set_model(self, version: str, fallback: bool, created_ts: float | None = None) -> None:
         """Record the model in use; ``created_ts`` is when its version was registered (if known)."""

@@ -10,13 +10,13 @@ import time
 from dataclasses import dataclass, field
 
 from features.errors import InputError
+from predictor.adapters.metrics import backlog_from_store
 from predictor.engine.engine import Engine
 from predictor.engine.model_slot import LoadedModel, ModelSlot
 from predictor.engine.wiring import build_engine
 from predictor.queue.tracked_queue import TrackedQueue
 from predictor.store import Database, StreamEvent
 from predictor.store.jobs import status_counts
-from predictor.store.outbox import outbox_backlog
 from serving.auth import TokenRegistry
 from serving.metrics import OutboxBacklog, ServiceMetrics
 from serving.schemas.results import ModelStatusPublic
@@ -66,9 +66,7 @@ class Service:
         return {status: counts.get(status, 0) for status in ("pending", "running", "ended", "cancelled")}
 
     def outbox_backlog(self) -> list[OutboxBacklog]:
-        with self.db.session() as s:
-            backlog = outbox_backlog(s)
-        return [OutboxBacklog(target, counts, oldest) for target, (counts, oldest) in backlog.items()]
+        return backlog_from_store(self.db)
 
     def committed(self, events: list[StreamEvent]) -> None:
         """After this worker commits: wake the stream follower, count the decisions it made."""

@@ -94,9 +94,13 @@ def _exported_names(text: str) -> set[str]:
 @pytest.mark.timeout(120)
 def test_rules_and_dashboard_name_only_exported_metrics(client: TestClient) -> None:
     client.post("/v1/score", json={"jobs": [{"job_id": "a", "num_gpus": 1}]}, headers=auth("scheduler"))
+    from predictor.adapters.metrics import SyncMetrics
+
     exported = _exported_names(client.get("/metrics").text)
+    exported |= _exported_names(SyncMetrics("kueue").render().decode())  # the sync loop's own /metrics
     used = {m for rule in _alert_rules() for m in _METRIC.findall(rule["expr"])}
     used |= {m for _, expr in _dashboard_queries() for m in _METRIC.findall(expr)}
-    assert "predictor_outbox_oldest_pending_age_seconds" in used and "predictor_decision_duration_seconds_bucket" in used
+    assert {"predictor_outbox_oldest_pending_age_seconds", "predictor_decision_duration_seconds_bucket",
+            "predictor_sync_errors_total", "predictor_sync_last_success_timestamp_seconds"} <= used
     unknown = used - exported - EXTERNAL
     assert not unknown, f"named in rules or dashboard but not exported: {sorted(unknown)}"

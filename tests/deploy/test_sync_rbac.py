@@ -65,6 +65,7 @@ def test_every_call_of_a_sync_pass_is_allowed(kubectl):
         clock = [NOW]
         adapter = KueueAdapter(api, retry=RetryPolicy(max_attempts=1), clock=lambda: clock[0])
         assert len(adapter.pending_jobs()) == 1 and len(adapter.running_jobs()) == 1
+        adapter.finished_jobs(0.0)  # the history the loop reads each pass
         plan = EvictionPlan("vision/job-a", (Victim("nlp/job-c", "nlp", 5, (("n1", 8),), 600.0, 1.3),), grace_s=30.0)
         start = _decision("vision/job-a", 40_000, action="start", flavor="A100-80GB", eviction=plan,
                           placement=Placement("A100-80GB", (("n1", 8),), "nvlink"))
