@@ -156,6 +156,12 @@ def alias_version(name: str, alias: str, *, tracking_uri: str | None = None) -> 
         return None
 
 
+def version_registered_ts(name: str, version: str, *, tracking_uri: str | None = None) -> float:
+    """When version ``version`` of registered model ``name`` was created, epoch seconds."""
+    created_ms = MlflowClient(tracking_uri=tracking_uri).get_model_version(name, version).creation_timestamp
+    return float(created_ms) / 1000.0
+
+
 def _resolve(uri: str, tracking: str | None) -> tuple[str, str | None]:
     """``models:/name@alias`` -> (``models:/name/<v>``, ``name/<v>``); other URIs unchanged."""
     if uri.startswith("models:/") and "@" in uri:

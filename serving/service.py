@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from features.errors import InputError
+from predictor.adapters.metrics import backlog_from_store
 from predictor.engine.engine import Engine
 from predictor.engine.model_slot import LoadedModel, ModelSlot
 from predictor.engine.wiring import build_engine
@@ -17,7 +18,7 @@ from predictor.queue.tracked_queue import TrackedQueue
 from predictor.store import Database, StreamEvent
 from predictor.store.jobs import status_counts
 from serving.auth import TokenRegistry
-from serving.metrics import ServiceMetrics
+from serving.metrics import OutboxBacklog, ServiceMetrics
 from serving.schemas.results import ModelStatusPublic
 from serving.settings import Settings, load_tokens
 from serving.stream import StreamHub
@@ -64,6 +65,9 @@ class Service:
             counts = status_counts(s)
         return {status: counts.get(status, 0) for status in ("pending", "running", "ended", "cancelled")}
 
+    def outbox_backlog(self) -> list[OutboxBacklog]:
+        return backlog_from_store(self.db)
+
     def committed(self, events: list[StreamEvent]) -> None:
         """After this worker commits: wake the stream follower, count the decisions it made."""
         self.hub.notify()
@@ -71,13 +75,26 @@ class Service:
                                       for e in events if e.kind == "decision"), source="queue")
 
     def on_model_change(self, model: LoadedModel) -> None:
-        self.metrics.set_model(model.version, model.fallback)
+        self.metrics.set_model(model.version, model.fallback, None if model.fallback else self._registered_ts(model))
         self.metrics.model_reloads.labels(outcome="fallback" if model.fallback else "loaded").inc()
         # In the reload thread, not in the first request after the swap: copy the model's history for
         # the features, then take what loading created (modules MLflow imported, the bundle) out of
         # the garbage collector's scans, as at start-up.
         self.engine.prepare_history()
         gc.freeze()
+
+    def _registered_ts(self, model: LoadedModel) -> float | None:
+        """When the loaded version was registered in MLflow (None when unknown: the metric is left out)."""
+        name, _, number = model.version.rpartition("/")
+        if not name or not number.isdigit():
+            return None
+        from models.registry import version_registered_ts
+
+        try:
+            return version_registered_ts(name, number, tracking_uri=self.settings.mlflow_tracking_uri)
+        except Exception:  # the registry answered the load a moment ago; a metric never fails a swap
+            log.warning("could not read when %s was registered", model.version, exc_info=True)
+            return None
 
     async def start(self) -> None:
         """Start the model reload thread, the stream follower and the periodic re-plan."""
@@ -127,7 +144,7 @@ def build_service(settings: Settings, *, model: ModelSlot | None = None) -> Serv
     queue = TrackedQueue(db, engine, outbox_targets=settings.outbox_targets)
     queue.load(policy)
     service: Service
-    metrics = ServiceMetrics(queue_counts=lambda: service.queue_counts())
+    metrics = ServiceMetrics(queue_counts=lambda: service.queue_counts(), outbox_backlog=lambda: service.outbox_backlog())
     hub = StreamHub(db, poll_s=settings.stream_poll_s, buffer=settings.stream_buffer, on_events=queue.catch_up)
     service = Service(settings=settings, db=db, engine=engine, queue=queue, hub=hub, metrics=metrics, tokens=tokens)
     queue.on_commit = service.committed

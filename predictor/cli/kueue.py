@@ -27,7 +27,11 @@ _FILES = (("WorkloadPriorityClass", "00-workloadpriorityclasses.yaml"), ("Topolo
           ("LocalQueue", "40-localqueues.yaml"))
 
 PolicyOpt = Annotated[Path | None, typer.Option("--policy", help="Policy file with tiers and teams (default: shipped).")]
-InventoryOpt = Annotated[str, typer.Option("--inventory", help="Inventory: YAML file, public inventory file, or a GPU count.")]
+InventoryOpt = Annotated[str, typer.Option("--inventory", show_default=False, help=(
+    "The cluster's inventory (path from here): YAML file (`predictor inventory` writes one), public "
+    "inventory file, or a GPU count."))]
+#: The shipped example cluster: fine to try the generators on, refused by ``apply`` unless asked.
+EXAMPLE_INVENTORY = Path(__file__).resolve().parents[2] / "data" / "inventory" / "example-cluster.yaml"
 ApiVersionOpt = Annotated[str, typer.Option("--api-version", help="Kueue API version: v1beta2 (Kueue >= 0.15) or v1beta1.")]
 CohortOpt = Annotated[str, typer.Option("--cohort", help="Cohort all team ClusterQueues share.")]
 FlavorLabelOpt = Annotated[str, typer.Option("--flavor-label", help="Node label selecting a GPU type's nodes.")]
@@ -37,6 +41,19 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+def is_example_inventory(spec: str) -> bool:
+    """Whether ``spec`` is the shipped example inventory (the file, or a copy with the same contents)."""
+    path = Path(spec)
+    if not path.is_file() or not EXAMPLE_INVENTORY.is_file():
+        return False
+    if path.resolve() == EXAMPLE_INVENTORY:
+        return True
+    try:
+        return yaml.safe_load(path.read_text()) == yaml.safe_load(EXAMPLE_INVENTORY.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        return False
 
 
 def _build(policy: Path | None, inventory: str, api_version: str, cohort: str,
@@ -72,7 +89,7 @@ def register(app: typer.Typer) -> None:
     @kueue.command("manifests")
     def manifests_cmd(
         out: Annotated[Path, typer.Option("--out", help="Folder to write the YAML files into.")],
-        inventory: InventoryOpt = "data/inventory/example-cluster.yaml",
+        inventory: InventoryOpt,
         policy: PolicyOpt = None,
         api_version: ApiVersionOpt = "v1beta2",
         cohort: CohortOpt = "gpu-cluster",
@@ -97,16 +114,22 @@ def register(app: typer.Typer) -> None:
 
     @kueue.command("apply")
     def apply_cmd(
-        inventory: InventoryOpt = "data/inventory/example-cluster.yaml",
+        inventory: InventoryOpt,
         policy: PolicyOpt = None,
         api_version: ApiVersionOpt = "v1beta2",
         cohort: CohortOpt = "gpu-cluster",
         flavor_label: FlavorLabelOpt = "predictor/gpu-type",
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the API calls instead of making them.")] = False,
+        allow_example: Annotated[bool, typer.Option("--allow-example-inventory", help=(
+            "Apply even though --inventory is the shipped example cluster (a test cluster only)."))] = False,
     ) -> None:
         """Create or update the same objects through the Kubernetes API (idempotent)."""
         from predictor.adapters.kueue.adapter import KueueAdapter
 
+        if is_example_inventory(inventory) and not allow_example:
+            raise InputError(f"--inventory {inventory} is the shipped example cluster, not yours: write yours with "
+                             "`predictor inventory --from-kubernetes --out inventory.yaml` (or pass "
+                             "--allow-example-inventory on a test cluster)")
         objs, naming, _ = _build(policy, inventory, api_version, cohort, flavor_label)
         result = KueueAdapter(naming=naming).ensure_objects(objs, dry_run=dry_run)
         for op in result.done:

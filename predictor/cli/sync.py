@@ -163,6 +163,8 @@ def register(app: typer.Typer) -> None:
             "Attempts per scheduler call while it is unreachable (exponential backoff with jitter)."))] = 5,
         move_queues: Annotated[bool, typer.Option("--move-queues", help=(
             "Also move jobs to the partition / LocalQueue a decision names (off: only priority and the rest)."))] = False,
+        metrics_bind: Annotated[str | None, typer.Option("--metrics-bind", show_default=False, help=(
+            "host:port to serve Prometheus metrics of the loop on (/metrics: passes, errors, outbox)."))] = None,
     ) -> None:
         """Pull pending, running and finished jobs, decide, and apply the decisions to Slurm or Kueue.
 
@@ -192,13 +194,26 @@ def register(app: typer.Typer) -> None:
             db.upgrade()
         if engine is not None and not once:
             engine.model.start()  # follow the registry alias between passes (hot reload)
+        metrics = None
+        if metrics_bind is not None:
+            from predictor.adapters.metrics import SyncMetrics, backlog_from_store
+
+            metrics = SyncMetrics(target, outbox_backlog=(lambda: backlog_from_store(db)) if db is not None else None)
+            try:
+                metrics.serve(metrics_bind)
+            except (ValueError, OSError) as exc:
+                raise InputError(f"--metrics-bind: {exc}") from None
         since = (at if at is not None else time.time()) - history_days * 86400.0
         while True:
             started = at if at is not None else time.time()
             try:
                 report = run_cycle(adapter, source, db, now=started, dry_run=dry_run, finished_since_ts=since)
                 since = started
+                if metrics is not None:
+                    metrics.pass_done(report, time.time() - started)
             except SchedulerError as exc:  # could not even read the queue: say so, try next pass
+                if metrics is not None:
+                    metrics.pass_failed()
                 typer.echo(f"error: {target} unavailable: {exc}", err=True)
                 if once:
                     raise typer.Exit(1) from None

@@ -43,7 +43,8 @@ from sqlalchemy.orm import Session
 
 from predictor.store.tables import OutboxRow
 
-__all__ = ["OutboxItem", "enqueue_decision", "claim_due", "mark_delivered", "mark_failed", "outbox_counts"]
+__all__ = ["OutboxItem", "enqueue_decision", "claim_due", "mark_delivered", "mark_failed", "outbox_counts",
+           "outbox_backlog"]
 
 DEFAULT_LEASE_S = 60.0
 
@@ -167,6 +168,18 @@ def outbox_counts(session: Session, target: str | None = None) -> dict[str, int]
     if target is not None:
         stmt = stmt.where(OutboxRow.target == target)
     return {status: int(n) for status, n in session.execute(stmt).all()}
+
+
+def outbox_backlog(session: Session) -> dict[str, tuple[dict[str, int], float | None]]:
+    """Per target: items per status, and when the oldest pending item was queued (None: none pending)."""
+    out: dict[str, tuple[dict[str, int], float | None]] = {}
+    rows = session.execute(select(OutboxRow.target, OutboxRow.status, func.count(), func.min(OutboxRow.created_at))
+                           .group_by(OutboxRow.target, OutboxRow.status)).all()
+    for target, status, n, oldest in rows:
+        counts, pending_since = out.get(target, ({}, None))
+        counts[status] = int(n)
+        out[target] = (counts, float(oldest) if status == "pending" else pending_since)
+    return out
 
 
 def _update_one(session: Session, id: int, **values: Any) -> None:  # noqa: A002

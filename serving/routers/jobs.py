@@ -27,7 +27,8 @@ _ERRORS = {404: {"description": "no such job (or not your team's)"},
 def submit_job(body: JobCreate, response: Response, service: ServiceDep, principal: PrincipalDep) -> dict:
     """Scores the job, plans its reservation, and streams the change. Submitting the same job again
     returns it with 200; the same id with different fields is a 409."""
-    doc, created = service.queue.submit(body.model_dump(exclude_none=True), principal.as_actor())
+    with service.metrics.time_decision("queue"):
+        doc, created = service.queue.submit(body.model_dump(exclude_none=True), principal.as_actor())
     if not created:
         response.status_code = status.HTTP_200_OK
     return doc
@@ -59,7 +60,8 @@ def get_job(job_id: JobId, service: ServiceDep, principal: PrincipalDep) -> dict
 @router.patch("/{job_id}", response_model=JobPublic, summary="Change a pending job", responses=_ERRORS)
 def update_job(job_id: JobId, body: JobUpdate, service: ServiceDep, principal: PrincipalDep) -> dict:
     """Fields given replace the submitted ones; the job is predicted and decided again."""
-    return service.queue.update(job_id, body.model_dump(exclude_none=True), principal.as_actor())
+    with service.metrics.time_decision("queue"):
+        return service.queue.update(job_id, body.model_dump(exclude_none=True), principal.as_actor())
 
 
 @router.delete("/{job_id}", response_model=JobPublic, summary="Withdraw a pending or running job",

@@ -35,7 +35,8 @@ async def score(body: ScoreRequest, service: ServiceDep, principal: PrincipalDep
             "msg": f"at most {service.settings.max_batch} jobs per request (PREDICTOR_MAX_BATCH)"}])
     now = time.time()
     columns = job_columns(specs, now)
-    scored, model = service.engine.score_with_model(frame_of(columns), now, columns=columns, explain=explain)
+    with service.metrics.time_decision("score"):
+        scored, model = service.engine.score_with_model(frame_of(columns), now, columns=columns, explain=explain)
     service.metrics.count_decisions(((s.decision.tier, s.decision.action) for s in scored), source="score")
     fallbacks = sum(s.prediction.fallback for s in scored)
     if fallbacks:
