@@ -30,7 +30,6 @@ Mapping (one canonical row per job; the header line names the fields, any order,
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -323,14 +322,6 @@ def _first_known(*arrays: np.ndarray) -> np.ndarray:
 
 def _pd_str(arr: pa.Array | pa.ChunkedArray) -> pd.Series:
     return pd.Series(pd.arrays.ArrowStringArray(pa.chunked_array([arr]) if isinstance(arr, pa.Array) else arr))
-
-
-def sacct_argv(since_ts: float, *, until: str = "now") -> list[str]:
-    """The ``sacct`` command this reader needs for jobs that ended since ``since_ts`` (all users,
-    parsable, the fields of ``FIELDS``, times in UTC when run with ``TZ=UTC``)."""
-    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since_ts))
-    return ["sacct", "-a", "-P", "-S", start, "-E", until, "-s", "CD,F,TO,OOM,NF,CA,PR,BF,DL",
-            "-o", ",".join(FIELDS)]
 
 
 def read_sacct_text(text: str, *, timezone: str = "UTC", log_end_ts: float | None = None) -> pd.DataFrame:

@@ -41,7 +41,8 @@ def _utc(ts: float) -> str:
 def sacct_argv(since_ts: float | None) -> list[str]:
     """The ``sacct`` command line from ``since_ts`` less the overlap to now (UTC: run it with ``TZ=UTC``)."""
     start = SACCT_EPOCH if since_ts is None else _utc(max(since_ts - OVERLAP_S, 0.0))
-    return ["sacct", "-a", "-P", f"--format={','.join(FIELDS)}", "-S", start, "-E", "now"]
+    # -E a minute ahead: "-E now" leaves out a job that ended in the current second (seen on 22.05)
+    return ["sacct", "-a", "-P", f"--format={','.join(FIELDS)}", "-S", start, "-E", "now+60"]
 
 
 def export_accounting(dest: Path, *, since_ts: float | None, commands: SlurmCommands | None = None,

@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from features.sources.sacct import read_sacct_text, sacct_argv
+from features.sources.sacct import read_sacct_text
 from predictor.adapters.base import AppliedAction, Operation, SchedulerRejected, SchedulerUnavailable
 from predictor.adapters.retry import RetryExhausted, RetryPolicy
+from predictor.adapters.slurm.accounting import sacct_argv
 from predictor.adapters.slurm.commands import SlurmCommands
 from predictor.adapters.slurm.state import (
     SlurmJob,
@@ -129,7 +130,7 @@ class SlurmAdapter:
     def finished_jobs(self, since_ts: float) -> pd.DataFrame:
         """Jobs that ended since ``since_ts``, from the accounting database (``sacct``, read by the
         sacct reader itself: the history the features and the fair-share ledger learn from)."""
-        argv = sacct_argv(since_ts)
+        argv = sacct_argv(since_ts)  # the export `predictor ingest --from-slurm` runs too
         text, _ = self.retry.call(lambda: self.commands.run(argv, env={"TZ": "UTC"}))
         jobs = read_sacct_text(text, timezone="UTC", log_end_ts=self.clock())
         return jobs.loc[jobs["end_ts"].notna() & (jobs["end_ts"] >= since_ts)].reset_index(drop=True)

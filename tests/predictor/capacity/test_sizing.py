@@ -24,7 +24,7 @@ CFG = SizingConfig(margin_fraction=0.1, margin_mib=1024)
         (100_000, 2, 1000, (), "A100-80GB", "fits no GPU type"),  # the largest GPUs: smallest OOM risk
         (30_000, 8, 1000, (), "A100-80GB", ""),  # L40S pool has only 4 GPUs
         (10_000, 1, 300, (), "L40S", ""),  # a 0.3 share of an A10 holds 7 GiB
-        (None, 1, 1000, ("H100-80GB",), None, "no 1 GPUs"),
+        (None, 1, 1000, ("H100-80GB",), None, "no GPU of the requested type H100-80GB"),
     ],
     ids=["no prediction", "small", "mid", "big gang", "request too small", "request wasteful", "fits nowhere",
          "pool too small", "gpu share", "type missing"],
