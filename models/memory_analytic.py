@@ -113,7 +113,7 @@ _ZERO1, _ZERO2 = STRATEGY["zero1"], (STRATEGY["zero2"], STRATEGY["zero2-offload"
 
 class MemoryParts(dict):
     """Components of the estimate per job (arrays of shape (n,), MiB unless named otherwise):
-    ``states``, ``activations``, ``overhead``, ``total`` (the point estimate), ``upper`` (the
+    ``states``, ``activations`` (logits included), ``logits``, ``overhead``, ``total`` (the point estimate), ``upper`` (the
     analytic upper bound, every plausible value of an unknown descriptor covered), ``zero_stage``
     (0-3 as assumed; offload counts as its stage), ``assumed`` (object array: the values the point
     estimate assumed for what the record leaves unknown, ``"key=value; ..."``, "" when nothing was)."""
@@ -257,8 +257,9 @@ def parts_from(resolved: ResolvedJobs, cal: MemoryCalibration) -> MemoryParts:
     """``MemoryParts`` of resolved jobs under a calibration."""
     terms, high = resolved.terms("point", cal), resolved.terms("upper", cal)
     upper = cap_upper(np.maximum(upper_bound(high, cal), upper_bound(terms, cal)), terms["total"], resolved.cap_mib)
-    return MemoryParts(states=terms["states"], activations=terms["activations"], overhead=terms["overhead"],
-                       total=terms["total"], upper=upper, zero_stage=terms["zero_stage"], assumed=resolved.assumed)
+    return MemoryParts(states=terms["states"], activations=terms["activations"], logits=terms["logits"],
+                       overhead=terms["overhead"], total=terms["total"], upper=upper, zero_stage=terms["zero_stage"],
+                       assumed=resolved.assumed)
 
 
 def analytic_memory(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str, float] | None = None, *,

@@ -163,7 +163,7 @@ def resolve_scenarios(
     kind = np.where(np.isin(precision, ("bf16", "fp16")), precision, np.where(legacy, "bf16", ""))
     mode = np.where((mode == _UNKNOWN) & np.isin(precision, ("fp32", "tf32")), MODE["fp32"], mode)
     mode = np.where((mode == _UNKNOWN) & (precision == "fp8"), MODE["fp8"], mode)
-    unknown = {"precision_mode": mode == _UNKNOWN, "quantization": quant == -1.0, "grad_checkpointing": ckpt == _UNKNOWN,
+    unknown = {"precision_mode": mode == _UNKNOWN, "quantization": (quant == -1.0) & (method != "full"), "grad_checkpointing": ckpt == _UNKNOWN,
                "parallel_strategy": (strategy == _UNKNOWN) & (gpus > 1),
                "lora_rank": ~(rank > 0) & ~(trainable > 0) & (method != "full"), "optimizer": optimizer < 0,
                "batch_size": ~(batch > 0), "seq_len": ~(seq > 0) & ~(image > 0) & large,

@@ -22,8 +22,12 @@ predictions: the figures to quote for a new cluster's jobs.
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -32,11 +36,12 @@ from scipy.optimize import minimize
 from features.errors import InputError
 from features.job_keys import numeric_column
 from models.memory_analytic import cap_upper, resolve_jobs, upper_bound
-from models.memory_calibration import FITTED, MemoryCalibration
+from models.memory_calibration import CALIBRATION_PATH, FITTED, MemoryCalibration, save_calibration
+from models.memory_measured import read_measured_folder
 from models.metrics import point_metrics, reservation_metrics
 
 __all__ = ["PRIOR_WEIGHT", "SOFT_L1_SCALE", "labelled_rows", "fit_calibration", "leave_one_source_out", "measured_view",
-           "memory_targets", "MEMORY_TARGETS"]
+           "memory_targets", "MEMORY_TARGETS", "SOURCE_LICENSES", "calibrate_from_tables", "main"]
 
 PRIOR_WEIGHT = 0.02
 SOFT_L1_SCALE = 0.15
@@ -269,3 +274,59 @@ def leave_one_source_out(jobs: pd.DataFrame, *, start: MemoryCalibration | None 
                   **reservation_metrics(preds["upper_mib"].to_numpy(), a)}
         pooled["targets_met"] = memory_targets(pooled)
     return pd.DataFrame(table), pooled, preds
+
+
+#: License of each public table (its LICENSE file, per ``gpu-memory/measured/README.md``).
+SOURCE_LICENSES: Mapping[str, str] = {
+    "torchtune": "BSD-3-Clause", "torchtitan": "BSD-3-Clause", "unsloth": "Apache-2.0",
+    "peft_method_comparison": "Apache-2.0", "peft_docs": "Apache-2.0", "llamafactory": "Apache-2.0",
+    "qwen": "Apache-2.0", "axolotl": "Apache-2.0", "carma": "Apache-2.0", "transformers_docs": "Apache-2.0",
+    "fsdp_qlora": "Apache-2.0", "ms_swift": "Apache-2.0",
+}
+
+
+def calibrate_from_tables(folder: Path) -> MemoryCalibration:
+    """Fit on a folder of measured-peak tables (``models.memory_measured``), with provenance and the
+    leave-one-source-out figures recorded in the result."""
+    jobs = read_measured_folder(folder)
+    names = sorted(set(jobs["source"].astype(str)))
+    table, pooled, _ = leave_one_source_out(jobs, sources=names)
+    cal = fit_calibration(jobs)
+    rows = labelled_rows(jobs)
+    sources = []
+    for name in names:
+        part = jobs.loc[jobs["source"].astype(str) == name]
+        sources.append({"source": name, "repository": ", ".join(sorted(set(part["source_repo"].dropna().astype(str))))
+                        if "source_repo" in part else "", "license": SOURCE_LICENSES.get(name, "see the table's README"),
+                        "rows": int(len(part)), "rows_used": int((rows["source"].astype(str) == name).sum())})
+    validation = {"leave_one_source_out": pooled,
+                  "per_source": table.drop(columns=["constants"], errors="ignore").to_dict(orient="records")}
+    return cal.with_fitted({"sources": sources, "validation": json.loads(json.dumps(validation, default=_plain))})
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and np.isnan(value):
+        return None
+    return str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m models.memory_fitting TABLES_FOLDER [--out PATH]``: refit the shipped calibration."""
+    parser = argparse.ArgumentParser(description="Fit the memory estimate's constants on measured-peak tables.")
+    parser.add_argument("folder", type=Path, help="folder of measured-peak CSVs (one per source)")
+    parser.add_argument("--out", type=Path, default=CALIBRATION_PATH, help="calibration file to write")
+    args = parser.parse_args(argv)
+    try:
+        cal = calibrate_from_tables(args.folder)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    save_calibration(cal, args.out)
+    print(json.dumps(cal.validation["leave_one_source_out"], indent=2, default=_plain))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

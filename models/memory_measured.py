@@ -245,7 +245,8 @@ def _gpu_type(text: object) -> str | None:
 
 
 def read_measured_table(path: Path) -> pd.DataFrame:
-    """One source's CSV as canonical rows plus ``model_name``, ``measured`` and ``source``.
+    """One source's CSV as canonical rows plus ``model_name``, ``source_repo``, ``measured``,
+    ``peak_metric`` and ``source`` (the file's stem).
 
     Raises
     ------
@@ -275,6 +276,7 @@ def read_measured_table(path: Path) -> pd.DataFrame:
         image = bool(re.search(r"\d+x\d+|px|image", seq_text, flags=re.I))
         rows.append({
             "job_id": f"{source}-{i}", "source": source, "model_name": str(row["model"]),
+            "source_repo": str(row["source_repo"]),
             "measured": notes.lower().startswith("measured"), "submit_ts": float(i), "state": "COMPLETED",
             "model_params": _params(row), "finetune_method": method,
             "vocab_size": vocab_from_model_name(str(row["model"])),
