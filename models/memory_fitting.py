@@ -219,8 +219,8 @@ def memory_targets(metrics: Mapping[str, float]) -> dict[str, bool]:
 
 
 def leave_one_source_out(jobs: pd.DataFrame, *, start: MemoryCalibration | None = None,
-                         gpu_memory_mib: Mapping[str, float] | None = None,
-                         sources: list[str] | None = None) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+                         gpu_memory_mib: Mapping[str, float] | None = None, sources: list[str] | None = None,
+                         blank_for_prediction: tuple[str, ...] = ()) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
     """Fit without each source, predict it; per-source table, pooled metrics and the predictions.
 
     Parameters
@@ -230,6 +230,9 @@ def leave_one_source_out(jobs: pd.DataFrame, *, start: MemoryCalibration | None 
     sources : list of str, optional
         Every source to report (those without labelled rows get a row saying so); default the
         sources present.
+    blank_for_prediction : tuple of str
+        Columns emptied in the held-out rows before predicting them (what a log that records
+        fewer descriptors gives), the fit still seeing them in the other sources.
 
     Returns
     -------
@@ -253,6 +256,9 @@ def leave_one_source_out(jobs: pd.DataFrame, *, start: MemoryCalibration | None 
             continue
         cal = fit_calibration(rows.loc[~held], start=prior, gpu_memory_mib=gpu_memory_mib)
         test = rows.loc[held].reset_index(drop=True)
+        for column in blank_for_prediction:
+            if column in test.columns:
+                test[column] = np.nan if pd.api.types.is_float_dtype(test[column]) else None
         parts = measured_view(test, cal, gpu_memory_mib)
         base = measured_view(test, prior, gpu_memory_mib)
         actual = numeric_column(test, "peak_vram_mib")
