@@ -39,7 +39,8 @@ resolved set of descriptors the estimate is (bytes per GPU, then MiB)::
    chunked loss, none with a fused one (``loss_implementation``). A job
    without a sequence length (a vision model) gets ``image_sample_mib`` per sample at 224 x 224
    pixels, scaled by ``(image_size / 224)^2``. The shape comes from the parameter count (``P ~= 12 L h^2``, ``h / L ~= 100``: Kaplan et
-   al., 2020, and published shapes), the vocabulary is ``VOCAB``.
+   al., 2020, and published shapes); the vocabulary is ``vocab_size`` (when unknown, what
+   ``models.memory_assumptions`` assumes).
 5. **Allocator and overhead**: the caching allocator's reserved-over-allocated ratio
    (``allocator``) and the fragments the logits' large transient blocks leave (``logit_reserve``
    times the logits), and the CUDA context, cuBLAS workspaces and NCCL buffers (``context_mib``,
@@ -64,7 +65,6 @@ from models.memory_calibration import MemoryCalibration, shipped_calibration
 __all__ = [
     "GPU_MEMORY_MIB",
     "NCCL_BUFFERS_MIB",
-    "VOCAB",
     "SELECTIVE_SHARE",
     "MemoryParts",
     "transformer_shape",
@@ -87,9 +87,6 @@ GPU_MEMORY_MIB: Mapping[str, float] = {
     "RTX3090": 24_576, "RTX4090": 24_564, "A6000": 49_140,
 }
 NCCL_BUFFERS_MIB = 250.0
-#: Vocabulary assumed for logits and the unquantised embedding/output layers (2023-25 open models:
-#: 32k Llama-2/Mistral, 128k Llama-3, 152k Qwen).
-VOCAB = 64_000.0
 #: Selective recomputation keeps this share of the activations (Korthikanti et al.: the attention
 #: core is recomputed, the linear layers' inputs kept).
 SELECTIVE_SHARE = 0.6
@@ -102,13 +99,23 @@ LORA_PARAMS_PER_RANK_HIDDEN_LAYER = 19.0
 
 _LOW_BIT_OPTIMIZER = 2.5  # at or below this many bytes the optimizer state is quantised, not in the param dtype
 _FP32, _FP8 = MODE["fp32"], MODE["fp8"]
-_TRUE16 = (MODE["bf16-true"], MODE["fp16-true"])
-_OFFLOAD = tuple(STRATEGY[s] for s in ("zero2-offload", "zero3-offload", "fsdp-offload"))
-_SHARD_OPT = tuple(STRATEGY[s] for s in ("zero1", "zero2", "zero3", "fsdp", "zero2-offload", "zero3-offload",
-                                         "fsdp-offload"))
-_SHARD_GRAD = tuple(STRATEGY[s] for s in ("zero2", "zero3", "fsdp", "zero2-offload", "zero3-offload", "fsdp-offload"))
-_SHARD_WEIGHTS = tuple(STRATEGY[s] for s in ("zero3", "fsdp", "zero3-offload", "fsdp-offload"))
-_ZERO1, _ZERO2 = STRATEGY["zero1"], (STRATEGY["zero2"], STRATEGY["zero2-offload"])
+
+
+def _table(codes: Mapping[str, int], members: tuple[str, ...], values: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
+    """Lookup array over a vocabulary's codes: ``values[1]`` for members, ``values[0]`` otherwise."""
+    out = np.full(len(codes), values[0])
+    out[[codes[m] for m in members]] = values[1]
+    return out
+
+
+_TRUE16 = _table(MODE, ("bf16-true", "fp16-true")).astype(bool)
+_OFFLOAD = _table(STRATEGY, ("zero2-offload", "zero3-offload", "fsdp-offload")).astype(bool)
+_SHARD_OPT = _table(STRATEGY, ("zero1", "zero2", "zero3", "fsdp", "zero2-offload", "zero3-offload",
+                               "fsdp-offload")).astype(bool)
+_SHARD_GRAD = _table(STRATEGY, ("zero2", "zero3", "fsdp", "zero2-offload", "zero3-offload", "fsdp-offload")).astype(bool)
+_SHARD_WEIGHTS = _table(STRATEGY, ("zero3", "fsdp", "zero3-offload", "fsdp-offload")).astype(bool)
+_STAGE = np.array([{"zero1": 1.0, "zero2": 2.0, "zero2-offload": 2.0, "zero3": 3.0, "fsdp": 3.0, "zero3-offload": 3.0,
+                    "fsdp-offload": 3.0}.get(s, 0.0) for s in STRATEGY])
 
 
 class MemoryParts(dict):
@@ -135,7 +142,7 @@ def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, s
     p = np.where(params > 0, params, np.nan)
     hidden, layers = transformer_shape(np.nan_to_num(p, nan=1.0))
     fp32 = sc.mode == _FP32
-    true16 = np.isin(sc.mode, _TRUE16)
+    true16 = _TRUE16[sc.mode]
     opt = np.where(true16 & (sc.optimizer_bytes > _LOW_BIT_OPTIMIZER), sc.optimizer_bytes / 2.0, sc.optimizer_bytes)
     weight_b = np.where(fp32, 4.0, 2.0)
     master_b = np.where(fp32 | true16, 0.0, 4.0)
@@ -151,13 +158,12 @@ def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, s
 
     mp = np.maximum(sc.tensor_parallel * sc.pipeline_parallel, 1.0)
     dp = np.maximum(num_gpus / mp, 1.0)
-    offload = np.isin(sc.strategy, _OFFLOAD)
-    shard_w = np.isin(sc.strategy, _SHARD_WEIGHTS)
+    offload, shard_w = _OFFLOAD[sc.strategy], _SHARD_WEIGHTS[sc.strategy]
     # adapters train in fp32 (PEFT's default) except in a 16-bit-true run, which keeps all it trains in 16 bits
     adapter_b = np.where(true16, 2.0, 4.0)
     opt_master = trained * (opt + master_b) + adapters * opt
-    opt_master = np.where(offload, 0.0, opt_master / np.where(np.isin(sc.strategy, _SHARD_OPT), dp, 1.0))
-    grads = (trained * weight_b + adapters * adapter_b) / np.where(np.isin(sc.strategy, _SHARD_GRAD), dp, 1.0)
+    opt_master = np.where(offload, 0.0, opt_master / np.where(_SHARD_OPT[sc.strategy], dp, 1.0))
+    grads = (trained * weight_b + adapters * adapter_b) / np.where(_SHARD_GRAD[sc.strategy], dp, 1.0)
     grads = np.where(offload | sc.grads_in_backward, 0.0, grads)
     weights = (trained * weight_b + adapters * adapter_b + frozen) / np.where(shard_w, dp, 1.0)
     weights = np.where(offload & shard_w, 0.0, weights)
@@ -180,7 +186,7 @@ def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, s
     acts = np.where(text, stored * act_scale, vision) + logits
     overhead = cal.context_mib + np.where(num_gpus > 1, NCCL_BUFFERS_MIB, 0.0)
     total = (cal.allocator * (states + acts) + cal.logit_reserve * logits) / MIB + overhead
-    stage = np.select([shard_w, np.isin(sc.strategy, _ZERO2), sc.strategy == _ZERO1], [3.0, 2.0, 1.0], 0.0)
+    stage = _STAGE[sc.strategy]
     nan = np.isnan(p)
     return {
         "states": np.where(nan, np.nan, states / MIB),
@@ -216,17 +222,19 @@ def resolve_jobs(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str, f
     cal = shipped_calibration() if calibration is None else calibration
     n = len(jobs)
     params = numeric_column(jobs, "model_params")
-    method = pd.Series(object_column(jobs, "finetune_method"), dtype=object).str.lower().fillna("full").to_numpy(
-        dtype=object)
+    method = np.array([v.lower() if isinstance(v, str) else "full" for v in object_column(jobs, "finetune_method")],
+                      dtype=object)
     gpus = np.maximum(np.nan_to_num(numeric_column(jobs, "num_gpus"), nan=1.0), 1.0)
     largest = max(table.values(), default=np.inf)
-    cap = pd.Series(object_column(jobs, "gpu_type"), dtype=object).map(table).to_numpy(dtype=float) if n else \
-        np.zeros(0)
+    cap = np.fromiter((table.get(t, np.nan) if isinstance(t, str) else np.nan for t in object_column(jobs, "gpu_type")),
+                      "float64", n)
     known_cap = cap
     cap = np.where(np.isnan(cap), largest, cap)
 
-    def evaluate(sc: Scenario) -> dict[str, np.ndarray]:
-        return memory_terms(params, method, gpus, sc, cal)
+    def evaluate(sc: Scenario, k: int = 1) -> dict[str, np.ndarray]:
+        if k == 1:
+            return memory_terms(params, method, gpus, sc, cal)
+        return memory_terms(np.tile(params, k), np.tile(method, k), np.tile(gpus, k), sc, cal)
 
     point, upper, assumed = resolve_scenarios(jobs, method, gpus, params, cap, evaluate)
     return ResolvedJobs(params=params, method=method, num_gpus=gpus, point=point, upper=upper,

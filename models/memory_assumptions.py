@@ -117,15 +117,33 @@ class Scenario:
         """This scenario with ``other``'s values where ``mask`` is true."""
         return Scenario(**{f.name: np.where(mask, getattr(other, f.name), getattr(self, f.name)) for f in fields(self)})
 
+    def tile(self, k: int) -> Scenario:
+        """``k`` copies end to end (for evaluating ``k`` variants of every job at once)."""
+        return Scenario(**{f.name: np.tile(getattr(self, f.name), k) for f in fields(self)})
+
+    def take(self, index: np.ndarray) -> Scenario:
+        """The rows at ``index``."""
+        return Scenario(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
 
 def _codes(values: np.ndarray, table: Mapping[str, int]) -> np.ndarray:
-    mapped = pd.Series(values, dtype=object).str.lower().map(table)
-    return mapped.fillna(_UNKNOWN).to_numpy(dtype=np.int64)
+    cache: dict[str, int] = {}
+    out = np.full(len(values), _UNKNOWN, dtype=np.int64)
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            if v not in cache:
+                cache[v] = table.get(v.lower(), _UNKNOWN)
+            out[i] = cache[v]
+    return out
 
 
 def _floats(values: np.ndarray, table: Mapping[str, float]) -> np.ndarray:
-    s = pd.Series(values, dtype=object).str.lower()
-    return s.map(lambda v: table.get(v, -1.0) if isinstance(v, str) else -1.0).to_numpy(dtype=float)
+    return np.fromiter((table.get(v.lower(), -1.0) if isinstance(v, str) else -1.0 for v in values), "float64",
+                       len(values))
+
+
+def _lower(values: np.ndarray) -> np.ndarray:
+    return np.array([v.lower() if isinstance(v, str) else None for v in values], dtype=object)
 
 
 def resolve_scenarios(
@@ -134,23 +152,24 @@ def resolve_scenarios(
     gpus: np.ndarray,
     params: np.ndarray,
     cap_mib: np.ndarray,
-    evaluate: Callable[[Scenario], Mapping[str, np.ndarray]],
+    evaluate: Callable[..., Mapping[str, np.ndarray]],
 ) -> tuple[Scenario, Scenario, np.ndarray]:
     """The point and upper scenarios of every job, and what the point assumed (module docstring).
 
-    ``evaluate`` maps a scenario to the estimate's terms (its ``total`` in MiB is read).
+    ``evaluate(scenario, k)`` maps a scenario to the estimate's terms (its ``total`` in MiB is read);
+    ``k`` > 1 means the scenario holds ``k`` variants of every job end to end (``Scenario.tile``).
     """
     mode = _codes(object_column(jobs, "precision_mode"), MODE)
-    precision = pd.Series(object_column(jobs, "precision"), dtype=object).str.lower().to_numpy(dtype=object)
+    precision = _lower(object_column(jobs, "precision"))
     quant = _floats(object_column(jobs, "quantization"), {k: (-2.0 if np.isnan(v) else v)
                                                            for k, v in QUANT_BYTES.items()})
     strategy = _codes(object_column(jobs, "parallel_strategy"), STRATEGY)
     ckpt = _codes(object_column(jobs, "grad_checkpointing"), CKPT)
     loss = _codes(object_column(jobs, "loss_implementation"), LOSS)
-    names = pd.Series(object_column(jobs, "optimizer"), dtype=object)
-    uniq = {v: optimizer_state(v) for v in names.dropna().unique()}
-    optimizer = names.map(lambda v: uniq[v][0] if v in uniq else -1.0).to_numpy(dtype=float)
-    in_bwd = names.map(lambda v: uniq[v][1] if v in uniq else False).to_numpy(dtype=bool)
+    names = object_column(jobs, "optimizer")
+    uniq = {v: optimizer_state(v) for v in set(v for v in names if isinstance(v, str))}
+    optimizer = np.fromiter((uniq[v][0] if isinstance(v, str) else -1.0 for v in names), "float64", len(names))
+    in_bwd = np.fromiter((uniq[v][1] if isinstance(v, str) else False for v in names), bool, len(names))
     vocab = numeric_column(jobs, "vocab_size")
     tp, pp = numeric_column(jobs, "tensor_parallel_size"), numeric_column(jobs, "pipeline_parallel_size")
     cp, image = numeric_column(jobs, "context_parallel_size"), numeric_column(jobs, "image_size")
@@ -158,10 +177,10 @@ def resolve_scenarios(
     trainable = numeric_column(jobs, "trainable_params")
     large = params >= 1e9
     # a legacy precision of int8/int4 names the frozen weights' storage, training in bf16
-    legacy = np.isin(precision, ("int8", "int4"))
+    legacy = (precision == "int8") | (precision == "int4")
     quant = np.where((quant == -1.0) & legacy, np.where(precision == "int8", 1.0, QUANT_BYTES["int4"]), quant)
-    kind = np.where(np.isin(precision, ("bf16", "fp16")), precision, np.where(legacy, "bf16", ""))
-    mode = np.where((mode == _UNKNOWN) & np.isin(precision, ("fp32", "tf32")), MODE["fp32"], mode)
+    kind = np.where((precision == "bf16") | (precision == "fp16"), precision, np.where(legacy, "bf16", ""))
+    mode = np.where((mode == _UNKNOWN) & ((precision == "fp32") | (precision == "tf32")), MODE["fp32"], mode)
     mode = np.where((mode == _UNKNOWN) & (precision == "fp8"), MODE["fp8"], mode)
     unknown = {"precision_mode": mode == _UNKNOWN, "quantization": (quant == -1.0) & (method != "full"), "grad_checkpointing": ckpt == _UNKNOWN,
                "parallel_strategy": (strategy == _UNKNOWN) & (gpus > 1),
@@ -182,7 +201,7 @@ def resolve_scenarios(
         batch=np.where(batch > 0, batch, POINT_BATCH), seq_len=np.where(seq > 0, seq, np.where(large, POINT_SEQ, np.nan)),
         image_size=np.where(image > 0, image, POINT_IMAGE), vocab=np.where(vocab > 0, vocab, POINT_VOCAB),
     )
-    sharded = ~np.isin(base.strategy, (STRATEGY["ddp"],))
+    sharded = base.strategy != STRATEGY["ddp"]
     k = np.where(kind == "", np.where(large, "bf16", "fp32"), kind)
     full_sharded = (method == "full") & sharded
     likely = np.select([k == "fp32", k == "fp16", full_sharded], [MODE["fp32"], MODE["fp16-mixed"], MODE["bf16-mixed"]],
@@ -195,7 +214,7 @@ def resolve_scenarios(
 
 
 def _fit_point(sc: Scenario, unknown: Mapping[str, np.ndarray], cap: np.ndarray,
-               evaluate: Callable[[Scenario], Mapping[str, np.ndarray]]) -> Scenario:
+               evaluate: Callable[..., Mapping[str, np.ndarray]]) -> Scenario:
     """Step the unknown memory savers on, in order, until the estimate fits the GPU."""
     for name, attr, value in (("parallel_strategy", "strategy", STRATEGY["zero2"]),
                               ("parallel_strategy", "strategy", STRATEGY["zero3"]),
@@ -210,7 +229,7 @@ def _fit_point(sc: Scenario, unknown: Mapping[str, np.ndarray], cap: np.ndarray,
 
 
 def _upper(base: Scenario, unknown: Mapping[str, np.ndarray], kind: np.ndarray, qlora: np.ndarray, cap: np.ndarray,
-           point: Scenario, evaluate: Callable[[Scenario], Mapping[str, np.ndarray]]) -> Scenario:
+           point: Scenario, evaluate: Callable[..., Mapping[str, np.ndarray]]) -> Scenario:
     """The largest plausible scenario (module docstring)."""
     sizes = replace(
         base,
@@ -230,25 +249,29 @@ def _upper(base: Scenario, unknown: Mapping[str, np.ndarray], kind: np.ndarray, 
         grid = [g for g in grid if g[1] == _UPPER_STRATEGIES[0]]
     if not unknown["grad_checkpointing"].any():
         grid = [g for g in grid if g[2] == _SAVERS[0]]
-    n = len(cap)
-    best, best_total = point, np.full(n, -np.inf)
-    frugal, frugal_total = point, np.full(n, np.inf)
+    n, k = len(cap), len(grid)
+    modes_k = np.concatenate([np.where(unknown["precision_mode"], modes[m], base.mode) for m, _, _ in grid])
+    strategy_k = np.concatenate([np.where(unknown["parallel_strategy"], st, base.strategy) for _, st, _ in grid])
+    ckpt_k = np.concatenate([np.where(unknown["grad_checkpointing"], c, base.ckpt) for _, _, c in grid])
+    best_total = np.full(n, -np.inf)
+    best = point
     for _attempt in range(2):
-        for m, s, c in grid:
-            sc = replace(sizes, mode=np.where(unknown["precision_mode"], modes[m], base.mode),
-                         strategy=np.where(unknown["parallel_strategy"], s, base.strategy),
-                         ckpt=np.where(unknown["grad_checkpointing"], c, base.ckpt))
-            total = evaluate(sc)["total"]
-            better = (total <= cap) & (total > best_total)
-            best, best_total = best.where(better, sc), np.where(better, total, best_total)
-            leaner = total < frugal_total
-            frugal, frugal_total = frugal.where(leaner, sc), np.where(leaner, total, frugal_total)
+        # every combination at once: rows of combination j are j * n ... (j + 1) * n - 1
+        tiled = replace(sizes.tile(k), mode=modes_k, strategy=strategy_k, ckpt=ckpt_k)
+        totals = evaluate(tiled, k)["total"].reshape(k, n)
+        fits = np.where(totals <= cap[None, :], totals, -np.inf)
+        pick = np.where(np.isfinite(fits).any(axis=0), np.argmax(fits, axis=0), np.argmin(totals, axis=0))
+        chosen = tiled.take(pick * n + np.arange(n))
+        found = np.isfinite(fits).any(axis=0)
+        update = found | (_attempt == 1) | ~np.isfinite(best_total)
+        best = best.where(update, chosen)
+        best_total = np.where(found, fits[pick, np.arange(n)], best_total)
         missing = ~np.isfinite(best_total)
         if not missing.any():
             break
         sizes = replace(sizes, batch=np.where(missing, point.batch, sizes.batch),
                         seq_len=np.where(missing, point.seq_len, sizes.seq_len))
-    return best.where(~np.isfinite(best_total), frugal)
+    return best
 
 
 def _assumed(point: Scenario, unknown: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -11,7 +11,7 @@ How the words become descriptors (the parsing of each spelling is ``features.mem
 this module strips the authors' annotations first):
 
 * ``params_b`` x 1e9, else a size token in the model name (``LFM2-8B-A1B`` -> 8e9, the total); the
-  vocabulary from the model family (``features.memory_descriptors.vocab_from_model_name``).
+  vocabulary from the model family (``features.memory_conventions.vocab_from_model_name``).
 * method: ``qlora``/``q-lora`` -> qlora; any other adapter (LoRA and its variants, IA3, prompt and
   prefix tuning, BOFT, OFT ...) -> lora; ``full``, pretraining and training from scratch -> full.
   ``r=8``, ``rank32``, ``lora_rank=32`` -> ``lora_rank``.
@@ -48,7 +48,8 @@ import numpy as np
 import pandas as pd
 
 from features.errors import InputError
-from features.memory_descriptors import parse_grad_checkpointing, vocab_from_model_name
+from features.memory_conventions import vocab_from_model_name
+from features.memory_descriptors import parse_grad_checkpointing
 from features.schema import conform
 
 __all__ = ["MEASURED_COLUMNS", "read_measured_table", "read_measured_folder"]
