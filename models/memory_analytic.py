@@ -98,7 +98,6 @@ CHUNKED_LOGIT_BYTES = 2.0
 LORA_PARAMS_PER_RANK_HIDDEN_LAYER = 19.0
 
 _LOW_BIT_OPTIMIZER = 2.5  # at or below this many bytes the optimizer state is quantised, not in the param dtype
-_FP32, _FP8 = MODE["fp32"], MODE["fp8"]
 
 
 def _table(codes: Mapping[str, int], members: tuple[str, ...], values: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
@@ -109,6 +108,10 @@ def _table(codes: Mapping[str, int], members: tuple[str, ...], values: tuple[flo
 
 
 _TRUE16 = _table(MODE, ("bf16-true", "fp16-true")).astype(bool)
+_WEIGHT_B = _table(MODE, ("fp32",), (2.0, 4.0))  # bytes per weight (and per gradient) by precision mode
+_MASTER_B = _table(MODE, ("fp32", "bf16-true", "fp16-true"), (4.0, 0.0))  # fp32 master copy of mixed modes
+_ADAPTER_B = _table(MODE, ("bf16-true", "fp16-true"), (4.0, 2.0))
+_ACT_SCALE = _table(MODE, ("fp32",), (1.0, 2.0)) * _table(MODE, ("fp8",), (1.0, 0.75))
 _OFFLOAD = _table(STRATEGY, ("zero2-offload", "zero3-offload", "fsdp-offload")).astype(bool)
 _SHARD_OPT = _table(STRATEGY, ("zero1", "zero2", "zero3", "fsdp", "zero2-offload", "zero3-offload",
                                "fsdp-offload")).astype(bool)
@@ -141,11 +144,9 @@ def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, s
     """
     p = np.where(params > 0, params, np.nan)
     hidden, layers = transformer_shape(np.nan_to_num(p, nan=1.0))
-    fp32 = sc.mode == _FP32
     true16 = _TRUE16[sc.mode]
     opt = np.where(true16 & (sc.optimizer_bytes > _LOW_BIT_OPTIMIZER), sc.optimizer_bytes / 2.0, sc.optimizer_bytes)
-    weight_b = np.where(fp32, 4.0, 2.0)
-    master_b = np.where(fp32 | true16, 0.0, 4.0)
+    weight_b, master_b, adapter_b = _WEIGHT_B[sc.mode], _MASTER_B[sc.mode], _ADAPTER_B[sc.mode]
     full = method == "full"
     size = np.nan_to_num(p, nan=0.0)
     known = sc.trainable > 0
@@ -160,7 +161,6 @@ def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, s
     dp = np.maximum(num_gpus / mp, 1.0)
     offload, shard_w = _OFFLOAD[sc.strategy], _SHARD_WEIGHTS[sc.strategy]
     # adapters train in fp32 (PEFT's default) except in a 16-bit-true run, which keeps all it trains in 16 bits
-    adapter_b = np.where(true16, 2.0, 4.0)
     opt_master = trained * (opt + master_b) + adapters * opt
     opt_master = np.where(offload, 0.0, opt_master / np.where(_SHARD_OPT[sc.strategy], dp, 1.0))
     grads = (trained * weight_b + adapters * adapter_b) / np.where(_SHARD_GRAD[sc.strategy], dp, 1.0)
@@ -172,16 +172,18 @@ def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, s
 
     split = np.maximum(sc.tensor_parallel, 1.0) * np.maximum(sc.pipeline_parallel, 1.0) * np.maximum(
         sc.context_parallel, 1.0)
-    act_scale = np.where(fp32, 2.0, np.where(sc.mode == _FP8, 0.75, 1.0)) / split
+    act_scale = _ACT_SCALE[sc.mode] / split
     tokens = sc.batch * sc.seq_len
-    per_layer = cal.activation_bytes * tokens * hidden
-    stored = np.select([sc.ckpt == CKPT["full"], sc.ckpt == CKPT["selective"]],
-                       [cal.checkpoint_bytes * tokens * hidden * layers + per_layer, SELECTIVE_SHARE * per_layer * layers],
-                       per_layer * layers)
+    # stored activations per token and hidden unit: a * layers + b, by checkpointing (off, selective, full)
+    a, b = np.zeros(len(CKPT)), np.zeros(len(CKPT))
+    a[CKPT["off"]], a[CKPT["selective"]] = cal.activation_bytes, SELECTIVE_SHARE * cal.activation_bytes
+    a[CKPT["full"]], b[CKPT["full"]] = cal.checkpoint_bytes, cal.activation_bytes  # inputs kept, one layer redone
+    stored = tokens * hidden * (a[sc.ckpt] * layers + b[sc.ckpt])
     text = sc.seq_len > 0
     vision = sc.batch * cal.image_sample_mib * MIB * (sc.image_size / 224.0) ** 2 * act_scale
-    logit_b = np.select([sc.loss == LOSS["chunked"], sc.loss == LOSS["fused"]], [CHUNKED_LOGIT_BYTES, 0.0],
-                        cal.logit_bytes)
+    logit_b = np.zeros(len(LOSS))
+    logit_b[LOSS["standard"]], logit_b[LOSS["chunked"]] = cal.logit_bytes, CHUNKED_LOGIT_BYTES
+    logit_b = logit_b[sc.loss]
     logits = np.where(text, tokens * sc.vocab * logit_b / split, 0.0)
     acts = np.where(text, stored * act_scale, vision) + logits
     overhead = cal.context_mib + np.where(num_gpus > 1, NCCL_BUFFERS_MIB, 0.0)

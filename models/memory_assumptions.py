@@ -216,16 +216,20 @@ def resolve_scenarios(
 def _fit_point(sc: Scenario, unknown: Mapping[str, np.ndarray], cap: np.ndarray,
                evaluate: Callable[..., Mapping[str, np.ndarray]]) -> Scenario:
     """Step the unknown memory savers on, in order, until the estimate fits the GPU."""
+    over = evaluate(sc)["total"] > cap
     for name, attr, value in (("parallel_strategy", "strategy", STRATEGY["zero2"]),
                               ("parallel_strategy", "strategy", STRATEGY["zero3"]),
                               ("grad_checkpointing", "ckpt", CKPT["full"])):
-        over = (evaluate(sc)["total"] > cap) & unknown[name]
-        if over.any():
-            sc = replace(sc, **{attr: np.where(over, value, getattr(sc, attr))})
-    over = (evaluate(sc)["total"] > cap) & unknown["precision_mode"]
+        step = over & unknown[name]
+        if step.any():
+            sc = replace(sc, **{attr: np.where(step, value, getattr(sc, attr))})
+            over = evaluate(sc)["total"] > cap
+    step = over & unknown["precision_mode"]
+    if not step.any():
+        return sc
     true16 = np.select([sc.mode == MODE["bf16-mixed"], sc.mode == MODE["fp16-mixed"]],
                        [MODE["bf16-true"], MODE["fp16-true"]], sc.mode)
-    return replace(sc, mode=np.where(over, true16, sc.mode))
+    return replace(sc, mode=np.where(step, true16, sc.mode))
 
 
 def _upper(base: Scenario, unknown: Mapping[str, np.ndarray], kind: np.ndarray, qlora: np.ndarray, cap: np.ndarray,
