@@ -169,7 +169,7 @@ for _names, _value in (
     (("fp4", "bnb-fp4", "nvfp4", "mxfp4", "fp4-e2m1"), "fp4"),
     (("int4", "gptq", "gptq-int4", "gptq-4bit", "awq", "awq-int4", "w4a16", "int4-weight-only", "hqq-4bit"), "int4"),
     (("int8", "8bit", "8-bit", "load-in-8bit", "load-in-8bit=true", "llm-int8", "bnb-8bit", "bitsandbytes-8bit",
-      "gptq-int8", "gptq-8bit", "w8a16", "int8-weight-only"), "int8"),
+      "gptq-int8", "gptq-8bit", "w8a16", "int8-weight-only", "llm.int8"), "int8"),
     (("fp8", "float8", "fp8-e4m3", "fbgemm-fp8", "w8a8-fp8"), "fp8"),
 ):
     for _n in _names:
@@ -280,7 +280,7 @@ def parse_positive_int(text: Any) -> float | None:
         s = norm_token(text)
         if s is None:
             return None
-        match = re.fullmatch(r"(?:[a-z-]*[=:]?)?(\d+(?:\.0*)?)", s)
+        match = re.fullmatch(r"(?:[a-z][a-z-]*[=:]?)?(\d+(?:\.0*)?)", s)
         if not match:
             raise ValueError(f"not a positive integer: {text!r}")
         value = float(match.group(1))
