@@ -146,7 +146,8 @@ class HistoryStore:
     def _build(self) -> None:
         """Seed the per-key state from the batch arrays (the last event of each key)."""
         events = _with_id_rank(self.events)
-        self._state, self._windows = {}, {}
+        state: dict[str, dict[str, np.ndarray]] = {}
+        all_windows: dict[str, dict[str, _KeyWindow]] = {}
         for kind in KEY_KINDS:
             ev, codes, labels = _sorted_events(events, kind)
             table: dict[str, np.ndarray] = {}
@@ -163,8 +164,10 @@ class HistoryStore:
                 keep = rank_from_end < WINDOW
                 for code, item in zip(tail_codes[keep], tail.loc[keep].itertuples(index=False), strict=True):
                     windows.setdefault(labels[code], _KeyWindow()).items.append(tuple(item))
-            self._state[kind] = table
-            self._windows[kind] = windows
+            state[kind] = table
+            all_windows[kind] = windows
+        # published whole: a reader in another thread sees no state or all of it, never a part
+        self._windows, self._state = all_windows, state
 
     def _update(self, kind: str, key: str, row: object) -> None:
         """Fold one ended job into the state of one key (same arithmetic as the batch sums)."""

@@ -22,6 +22,13 @@ import numpy as np
 import pandas as pd
 
 from features.gpu_types import DEFAULT_VOCABULARY
+from features.memory_descriptors import (
+    GRAD_CHECKPOINTING,
+    LOSS_IMPLEMENTATIONS,
+    PARALLEL_STRATEGIES,
+    PRECISION_MODES,
+    QUANTIZATIONS,
+)
 
 __all__ = [
     "COLUMNS",
@@ -33,6 +40,11 @@ __all__ = [
     "PLACEMENT_CLASSES",
     "FINETUNE_METHODS",
     "PRECISIONS",
+    "PRECISION_MODES",
+    "QUANTIZATIONS",
+    "PARALLEL_STRATEGIES",
+    "GRAD_CHECKPOINTING",
+    "LOSS_IMPLEMENTATIONS",
     "ValidationResult",
     "empty_jobs",
     "conform",
@@ -92,6 +104,19 @@ _SPEC: dict[str, tuple[str, str]] = {
     "finetune_method": ("str", "full, lora or qlora"),
     "batch_size": ("float", "per-GPU micro-batch size"),
     "seq_len": ("float", "sequence length in tokens"),
+    # memory descriptors (spellings parsed by features.memory_descriptors)
+    "precision_mode": ("str", "training precision mode, one of PRECISION_MODES (bf16-mixed keeps fp32 master weights)"),
+    "quantization": ("str", "storage of the frozen base weights, one of QUANTIZATIONS (none, nf4, int8, ...)"),
+    "parallel_strategy": ("str", "how model states are replicated or sharded, one of PARALLEL_STRATEGIES"),
+    "tensor_parallel_size": ("float", "tensor-parallel degree (GPUs one layer is split across)"),
+    "pipeline_parallel_size": ("float", "pipeline-parallel degree (stages the layers are split into)"),
+    "context_parallel_size": ("float", "context/sequence-parallel degree (GPUs one sequence is split across)"),
+    "grad_checkpointing": ("str", "activation recomputation, one of GRAD_CHECKPOINTING (off, selective, full)"),
+    "lora_rank": ("float", "LoRA rank r of the adapters"),
+    "loss_implementation": ("str", "how the loss handles the logits, one of LOSS_IMPLEMENTATIONS (standard, chunked, fused)"),
+    "trainable_params": ("float", "parameters the optimizer updates (adapters; all of them in a full fine-tune)"),
+    "image_size": ("float", "input image side length in pixels (vision models, which have no seq_len)"),
+    "vocab_size": ("float", "tokenizer vocabulary size (the width of the logits)"),
     # times
     "submit_ts": ("float", "submission time, epoch seconds UTC"),
     "start_ts": ("float", "start time, epoch seconds UTC"),
@@ -119,6 +144,9 @@ _STATE_SET = frozenset(STATES)
 _PLACEMENT_SET = frozenset(PLACEMENT_CLASSES)
 _FINETUNE_SET = frozenset(FINETUNE_METHODS)
 _PRECISION_SET = frozenset(PRECISIONS)
+_VOCABULARIES = {"precision_mode": frozenset(PRECISION_MODES), "quantization": frozenset(QUANTIZATIONS),
+                 "parallel_strategy": frozenset(PARALLEL_STRATEGIES), "grad_checkpointing": frozenset(GRAD_CHECKPOINTING),
+                 "loss_implementation": frozenset(LOSS_IMPLEMENTATIONS)}
 
 
 @dataclass(frozen=True)
@@ -201,6 +229,11 @@ def _check(df: pd.DataFrame) -> pd.Series:
     flag(~df["placement_class"].isna() & ~df["placement_class"].isin(_PLACEMENT_SET), "unknown placement_class")
     flag(~df["finetune_method"].isna() & ~df["finetune_method"].isin(_FINETUNE_SET), "unknown finetune_method")
     flag(~df["precision"].isna() & ~df["precision"].isin(_PRECISION_SET), "unknown precision")
+    for col, allowed in _VOCABULARIES.items():
+        flag(~df[col].isna() & ~df[col].isin(allowed), f"unknown {col}")
+    for col in ("tensor_parallel_size", "pipeline_parallel_size", "context_parallel_size", "lora_rank", "image_size",
+                "vocab_size", "trainable_params"):
+        flag(df[col] < 1, f"{col} below 1")
     flag(df["job_id"].notna() & df.duplicated(subset=["job_id"], keep="first"), "duplicate job_id")
     return reason
 

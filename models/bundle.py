@@ -274,4 +274,4 @@ class JobPredictorBundle:
         """Corrected point estimate and upper bound of peak memory per GPU (MiB)."""
         cap = np.fromiter((table.get(t, np.nan) if isinstance(t, str) else np.nan
                            for t in object_column(jobs, "gpu_type")), "float64", len(jobs))
-        return self.memory.predict(memory_design(X, parts, cap), parts["total"])
+        return self.memory.predict(memory_design(X, parts, cap), parts["total"], parts["upper"])

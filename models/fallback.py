@@ -7,7 +7,7 @@ Same interface as ``JobPredictorBundle.predict_frame``; every row has ``fallback
   its user (from the history store, point in time as of now); else half of the requested time
   limit (users over-request roughly two-fold); else ``GLOBAL_PRIOR_S`` (or the median a caller
   passes). The interval is ``p50 / SPREAD`` to ``p50 * SPREAD``, capped at the time limit.
-* Peak memory: the analytic estimate (``models.memory_analytic``), bound ``x UNMEASURED_MARGIN``.
+* Peak memory: the analytic estimate and its upper bound (``models.memory_analytic``).
 * Slowdown: the topology prior (published link bandwidths, step-time physics).
 """
 
@@ -20,7 +20,6 @@ import pandas as pd
 
 from features.history import HistoryStore, numeric_column
 from models.bundle import assemble_columns, columns_frame, job_view
-from models.memory import UNMEASURED_MARGIN
 from models.memory_analytic import GPU_MEMORY_MIB, analytic_memory
 from models.topology import TopologyEstimator
 
@@ -71,7 +70,7 @@ class FallbackPredictor:
         p50 = np.where(np.isnan(p50) & (limit > 0), 0.5 * limit, p50)
         p50 = np.where(np.isnan(p50), self.global_median_s, p50)
         quantiles = np.column_stack([p50 / SPREAD, p50, p50 * SPREAD])
-        analytic = analytic_memory(jobs, self.gpu_memory_mib)["total"]
-        return assemble_columns(jobs, quantiles, analytic, analytic * UNMEASURED_MARGIN, self._topology.predict(jobs),
+        parts = analytic_memory(jobs, self.gpu_memory_mib)
+        return assemble_columns(jobs, quantiles, parts["total"], parts["upper"], self._topology.predict(jobs),
                                 self.gpu_memory_mib, model_version="fallback", fallback=True,
                                 fallback_reason=self.reason)

@@ -13,7 +13,7 @@ Steps
        ``duration_offset`` (the job's time limit, else the global median). Jobs that never started
        are skipped; censored and preempted runs are lower bounds (``models.duration``).
     5. Memory: analytic estimate + learned correction from measured peaks (``models.memory``);
-       out-of-memory runs are left out (their recorded peak is the GPU's capacity, a lower bound).
+       out-of-memory runs and synthetic rows are left out (``models.memory.measured_peaks``).
     6. History snapshot: every ended job of the table, for serving.
 """
 
@@ -30,7 +30,7 @@ from features.history import HistoryStore, history_state, numeric_column, object
 from models.bundle import JobPredictorBundle, duration_offset, placement_slowdown
 from models.duration import DurationEstimator
 from models.lgbm import BoosterParams
-from models.memory import MEMORY_EXTRA_FEATURES, MemoryEstimator, memory_design
+from models.memory import MEMORY_EXTRA_FEATURES, MemoryEstimator, measured_peaks, memory_design
 from models.memory_analytic import GPU_MEMORY_MIB, analytic_memory
 from models.topology import TopologyEstimator
 
@@ -141,9 +141,9 @@ def fit_bundle(
     cap = np.fromiter((GPU_MEMORY_MIB.get(t, np.nan) if isinstance(t, str) else np.nan
                        for t in object_column(jobs, "gpu_type")), "float64", n)
     Z = memory_design(X, parts, cap)
-    # an out-of-memory run's recorded peak is the GPU's capacity: a lower bound, not a label
-    peak = np.where(object_column(jobs, "state") == "OUT_OF_MEMORY", np.nan, numeric_column(jobs, "peak_vram_mib"))
     memory = memory_estimator or MemoryEstimator()
+    # measured peaks only: no out-of-memory run (a lower bound), no synthetic truth (our own formula)
+    peak = measured_peaks(jobs, include_synthetic=memory.learn_from_synthetic)
     memory.fit(Z[train], parts["total"][train], peak[train], Z_cal=Z[cal], analytic_cal=parts["total"][cal],
                actual_cal=peak[cal], feature_names=names + list(MEMORY_EXTRA_FEATURES), categorical=cats)
 

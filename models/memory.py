@@ -1,16 +1,22 @@
 """Peak GPU memory per GPU: analytic estimate, learned correction, conformal upper bound, fit per GPU.
 
-1. ``models.memory_analytic.analytic_memory`` gives the estimate ``A`` from the record alone.
-2. Where measured peaks exist, two LightGBM boosters learn the correction ``r = log(actual / A)``
+1. ``models.memory_analytic.analytic_memory`` gives the estimate ``A`` and its upper bound ``U``
+   from the record alone, with constants fitted on measured peaks of public projects (shipped in
+   ``models/calibration/``): this is the whole prediction of a model trained on a log without
+   measured peaks, as most cluster logs are.
+2. Where the cluster's own log has measured peaks (``measured_peaks``: never a synthetic
+   generator's, never an out-of-memory run's), two LightGBM boosters learn the correction ``r = log(actual / A)``
    from the job features (including the family's and request signature's last measured peak)
    plus the analytic components (states, activations, assumed ZeRO stage, GPU memory) and the
    differences to the last measured run (``memory_design``): a median (``point = A * exp(r50)``)
    and an upper quantile ``UPPER_QUANTILE``.
    With fewer than ``min_labelled`` measured jobs the correction is a constant (the median and the
-   upper quantile of ``r``), which still removes a systematic bias.
-3. The upper bound is conformalised one-sided on a later time slice (split conformal on the score
-   ``r - r_upper``, level ``(1 - alpha)(1 + 1/n)``), so that at most ``alpha`` (5 %) of future jobs
-   peak above it. Without any measured peak, the bound is ``A * UNMEASURED_MARGIN``.
+   upper quantile of ``r``), which still removes a systematic bias; its bound never falls below
+   ``U`` (a handful of peaks does not outweigh the public tables).
+3. With boosters, the upper bound is conformalised one-sided on a later time slice (split
+   conformal on the score ``r - r_upper``, level ``(1 - alpha)(1 + 1/n)``), so that at most
+   ``alpha`` (5 %) of the cluster's future jobs peak above it. Without any measured peak, the
+   bound is ``U``.
 4. A job fits a GPU type when its upper bound is at most the type's memory per device.
 """
 
@@ -21,15 +27,23 @@ from dataclasses import dataclass, field
 
 import lightgbm as lgb
 import numpy as np
+import pandas as pd
 
 from features.build import FEATURE_NAMES
+from features.history import numeric_column, object_column
 from models.lgbm import BoosterParams, predict_booster, train_booster
 from models.memory_analytic import MemoryParts
 
-__all__ = ["UPPER_QUANTILE", "UNMEASURED_MARGIN", "MemoryEstimator", "memory_design", "fitting_types"]
+__all__ = ["UPPER_QUANTILE", "UNMEASURED_MARGIN", "SYNTHETIC_SOURCE_PREFIX", "MemoryEstimator", "memory_design",
+           "fitting_types", "measured_peaks"]
 
 UPPER_QUANTILE = 0.95
+#: Bound over the estimate when a caller has no analytic upper bound to give (``predict`` without
+#: ``prior_upper``); the analytic bound replaces it everywhere in this package.
 UNMEASURED_MARGIN = 1.25
+#: Rows whose ``source`` starts with this come from ``features.synth``: their peaks are our own
+#: formula plus noise, and a correction fitted to them learns our assumptions.
+SYNTHETIC_SOURCE_PREFIX = "synth"
 _PEAK_KINDS = ("family", "request")
 MEMORY_EXTRA_FEATURES: tuple[str, ...] = (
     "mem_log_analytic", "mem_log_states", "mem_log_activations", "mem_zero_stage", "mem_log_gpu_memory",
@@ -62,6 +76,21 @@ def memory_design(X: np.ndarray, parts: MemoryParts, gpu_memory: np.ndarray) -> 
     return np.hstack([X, np.column_stack(extra).astype(X.dtype)])
 
 
+def measured_peaks(jobs: pd.DataFrame, *, include_synthetic: bool = False) -> np.ndarray:
+    """Peak memory labels the correction may learn from: measured ``peak_vram_mib``, NaN elsewhere.
+
+    Out-of-memory runs are left out (their recorded peak is the GPU's capacity, a lower bound), and
+    so are synthetic rows (``source`` starting with :data:`SYNTHETIC_SOURCE_PREFIX`) unless
+    ``include_synthetic`` (tests of the code path).
+    """
+    peak = np.where(object_column(jobs, "state") == "OUT_OF_MEMORY", np.nan, numeric_column(jobs, "peak_vram_mib"))
+    if not include_synthetic:
+        synthetic = np.array([isinstance(s, str) and s.startswith(SYNTHETIC_SOURCE_PREFIX)
+                              for s in object_column(jobs, "source")], dtype=bool)
+        peak = np.where(synthetic, np.nan, peak)
+    return peak
+
+
 def fitting_types(upper_mib: np.ndarray, gpu_memory_mib: Mapping[str, float]) -> list[str]:
     """Rule *fits*: comma-separated GPU types whose memory per device holds each job's upper bound.
 
@@ -92,6 +121,8 @@ class MemoryEstimator:
         Fewer measured jobs than this give a constant correction instead of boosters.
     max_rows : int, default 200_000
         Fit the boosters on at most this many of the most recent measured jobs.
+    learn_from_synthetic : bool, default False
+        Let ``models.fit`` pass synthetic peaks as labels (tests of the code path only).
     """
 
     params: BoosterParams = field(default_factory=lambda: BoosterParams(
@@ -99,6 +130,7 @@ class MemoryEstimator:
     alpha: float = 0.05
     min_labelled: int = 50
     max_rows: int = 200_000
+    learn_from_synthetic: bool = False
 
     def fit(self, Z: np.ndarray, analytic: np.ndarray, actual: np.ndarray, *, Z_cal: np.ndarray | None = None,
             analytic_cal: np.ndarray | None = None, actual_cal: np.ndarray | None = None,
@@ -118,7 +150,7 @@ class MemoryEstimator:
         self.n_labelled_ = int(ok.sum())
         self.median_booster_: lgb.Booster | None = None
         self.upper_booster_: lgb.Booster | None = None
-        self.const_median_, self.const_upper_ = 0.0, float(np.log(UNMEASURED_MARGIN))
+        self.const_median_, self.const_upper_ = 0.0, -np.inf
         self.shift_, self.n_calibration_ = 0.0, 0
         if self.n_labelled_ == 0:
             return self
@@ -148,11 +180,21 @@ class MemoryEstimator:
         med = predict_booster(self.median_booster_, Z)
         return med, np.maximum(predict_booster(self.upper_booster_, Z), med)
 
-    def predict(self, Z: np.ndarray, analytic: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Point estimate and upper bound (MiB) per job; NaN where the analytic estimate is unknown."""
+    def predict(self, Z: np.ndarray, analytic: np.ndarray,
+                prior_upper: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Point estimate and upper bound (MiB) per job; NaN where the analytic estimate is unknown.
+
+        ``prior_upper`` is the analytic upper bound (``MemoryParts["upper"]``); without it the
+        bound of an estimator with no measured peaks is ``analytic * UNMEASURED_MARGIN``.
+        """
+        prior = analytic * UNMEASURED_MARGIN if prior_upper is None else np.maximum(prior_upper, analytic)
+        if self.n_labelled_ == 0:
+            return analytic.copy(), prior
         med, upper = self._corrections(Z)
         point = analytic * np.exp(med)
         bound = analytic * np.exp(np.maximum(upper + self.shift_, med))
+        if self.median_booster_ is None:  # a constant correction from a few peaks: never below the prior's bound
+            bound = np.maximum(bound, np.maximum(prior, point))
         return point, bound
 
     def feature_importance(self) -> np.ndarray | None:

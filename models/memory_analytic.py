@@ -1,63 +1,79 @@
 """Analytic peak GPU memory per GPU of a training job, from its record alone.
 
-The estimate is the sum of three terms (bytes per GPU), then an overhead in MiB:
+``analytic_memory(jobs)`` gives, per job, a point estimate, an upper bound and the descriptor values
+each assumed (``models.memory_assumptions`` resolves what the record leaves unknown). For one
+resolved set of descriptors the estimate is (bytes per GPU, then MiB)::
 
-1. **Model states** (ZeRO paper, Rajbhandari et al., SC'20, sec. 3; DeepSpeed
-   ``estimate_zero2_model_states_mem_needs`` / ``estimate_zero3_model_states_mem_needs``; Hugging
-   Face ``accelerate estimate-memory``). Per *trainable* parameter: weights and gradients in the
-   training precision (``w = 4`` bytes for fp32/tf32, 2 for fp16/bf16/fp8), optimizer state ``o``
-   (AdamW 8, 8-bit Adam 2, SGD+momentum 4, Adafactor ~0), and under mixed precision an fp32 master
-   copy plus fp32 gradients (8) for the optimizer step. With ``N`` GPUs:
+    peak = allocator * (weights + gradients + optimizer + adapters + activations + logits)
+           + logit_reserve * logits + overhead
 
-   * DDP (replicated): ``2w + o`` (+4 mixed) = 16 bytes for AdamW in fp32 *and* mixed precision:
-     the ZeRO paper's ``2 + 2 + 12`` and accelerate's "Adam needs ~4x the fp32 model size";
-   * ZeRO-2: ``2w + (o + 8) / N`` = DeepSpeed's ``4P + 16P/N`` for mixed-precision AdamW;
-   * ZeRO-3 / FSDP full shard: ``(w + o + 8) / N`` (fp32: ``(2w + o) / N``) plus
-     ``4 x largest-layer`` parameters = DeepSpeed's ``18P/N + 4L``, the largest layer taken as one
-     transformer block (``12 h^2``).
+1. **Model states** (ZeRO paper, Rajbhandari et al., SC'20, sec. 3; DeepSpeed's
+   ``estimate_zero2/3_model_states_mem_needs``). Bytes per *trained* parameter, by precision mode:
+   ``fp32`` 4 + 4 + optimizer; ``bf16-mixed``/``fp16-mixed``/``fp8`` 2 (16-bit weights) + 2
+   (16-bit gradients) + 4 (fp32 master) + optimizer = the paper's 2 + 2 + 12 with AdamW (torch AMP
+   keeps fp32 weights and gradients instead: the same 16); ``bf16-true``/``fp16-true`` 2 + 2 +
+   optimizer in 16 bits (AdamW 4). Optimizer state per parameter in fp32: AdamW 8, 8-bit AdamW 2,
+   4-bit 1, SGD+momentum / Lion 4, Adafactor ~0 (halved in a 16-bit-true mode, 8-/4-bit unchanged).
+2. **Sharding** (one GPU of ``N``; ``d = N / (tp * pp)`` data-parallel ranks): ``ddp`` replicates;
+   ``zero1`` divides optimizer and master by ``d``; ``zero2`` also gradients; ``zero3``/``fsdp``
+   also weights, plus two gathered layers (``2 x 12 h^2`` 16-bit weights: the working unit and its
+   prefetch); ``*-offload`` keeps optimizer, master and gradients (and for ZeRO-3/FSDP the weights)
+   in CPU memory. Tensor and pipeline parallelism divide every state by ``tp * pp``.
+3. **LoRA / QLoRA** (Hu et al., 2021; Dettmers et al., 2023): the frozen base is stored at 2 bytes
+   (4 in fp32), or by ``quantization`` (nf4 with double quantisation 4.127 bits, fp4 4.5 bits, int4
+   GPTQ/AWQ 4.25 bits, int8 / fp8 8 bits) except its embedding and output layers (``2 V h``
+   parameters, kept in 16 bits); it is sharded by ZeRO-3/FSDP and split by tp/pp. Adapters hold
+   ``trainable_params`` where the record says, else ``19 r h L`` (every linear layer, "all-linear":
+   ``19 h`` inputs plus outputs per layer of a Llama-shaped block), in fp32 (4 + 4 + optimizer
+   bytes each; 16-bit in a 16-bit-true run, as the rest), sharded and offloaded like any trained
+   parameter. A full
+   fine-tune with fewer ``trainable_params`` than parameters keeps the rest frozen.
+4. **Activations** of one micro-batch of ``t = b s`` tokens (Korthikanti et al., MLSys'23, Eq. 1;
+   FlashAttention assumed, so no ``s^2`` term): ``c t h L`` bytes, ``c`` fitted on measured peaks
+   (``activation_bytes``; Megatron's ideal is 34); with full checkpointing ``c_ckpt t h L`` (the
+   layer inputs) plus one layer recomputed (``c t h``); selective recomputation takes
+   ``SELECTIVE_SHARE`` of ``c``. fp32 doubles them, fp8 takes 3/4. Tensor, pipeline and context
+   parallelism divide them (``batch_size`` is what one data-parallel rank processes per step: a
+   pipeline stage holds its ``L / pp`` layers for the micro-batches in flight). Logits: ``t V``
+   values at ``logit_bytes`` each (16-bit logits, their fp32 upcast and the fp32 gradient), 2 with a
+   chunked loss, none with a fused one (``loss_implementation``). A job
+   without a sequence length (a vision model) gets ``image_sample_mib`` per sample at 224 x 224
+   pixels, scaled by ``(image_size / 224)^2``. The shape comes from the parameter count (``P ~= 12 L h^2``, ``h / L ~= 100``: Kaplan et
+   al., 2020, and published shapes); the vocabulary is ``vocab_size`` (when unknown, what
+   ``models.memory_assumptions`` assumes).
+5. **Allocator and overhead**: the caching allocator's reserved-over-allocated ratio
+   (``allocator``) and the fragments the logits' large transient blocks leave (``logit_reserve``
+   times the logits), and the CUDA context, cuBLAS workspaces and NCCL buffers (``context_mib``,
+   plus ``NCCL_BUFFERS_MIB`` on more than one GPU).
 
-   LoRA/QLoRA: ``LORA_FRACTION`` of the parameters train (fp32 adapters, 16 bytes each with AdamW);
-   the frozen rest costs ``w`` (LoRA) or NF4 with double quantisation, 4.127 bits = 0.516 bytes
-   (QLoRA, Dettmers et al., 2023), and is sharded only by ZeRO-3; int8/int4 precision stores frozen
-   weights at 1 / 0.5 bytes. Single-GPU jobs use DDP; a multi-GPU job is assumed to use the
-   *lowest* stage whose estimate fits its GPU type's memory (what an engineer configures), ZeRO-3
-   when the GPU type is unknown or nothing fits.
-2. **Activations** of one micro-batch (Korthikanti et al., "Reducing Activation Recomputation in
-   Large Transformer Models", MLSys'23, Eq. 1): ``s b h (34 + 5 a s / h)`` bytes per layer with
-   16-bit activations; FlashAttention (assumed: the default of current PyTorch/HF stacks) drops the
-   ``5 a s / h`` attention-matrix term; no activation checkpointing is assumed (the upper case). fp32
-   doubles it, fp8 takes 3/4. The shape comes from the parameter count by the **scaling rule**
-   ``P ~= 12 L h^2`` (Kaplan et al., 2020: ~12 h^2 parameters per GPT block) with the aspect ratio
-   ``h / L ~= 100`` of published models (GPT-3 6.7B 4096/32, Llama-2-70B 8192/80): so
-   ``h = (100 P / 12)^(1/3)``, ``L = h / 100``. Logits: ``b s V`` values at 10 bytes (16-bit
-   logits, their fp32 upcast, the fp32 softmax gradient; 8 in fp32), ``V = 50,257``.
-   Jobs without a sequence length (vision CNNs) get ``ACTIVATION_PER_SAMPLE_MIB`` per sample
-   (an ImageNet-resolution CNN such as ResNet-50 at fp32); nothing is known about resolution.
-3. **Overhead**: ``CUDA_CONTEXT_MIB`` for the CUDA context, cuBLAS/cuDNN workspaces and the caching
-   allocator's first blocks (500-1000 MiB in practice), plus ``NCCL_BUFFERS_MIB`` for multi-GPU jobs.
-
-No fragmentation factor is applied: the learned correction (``models.memory``) picks that up from
-measured peaks. Jobs without ``model_params`` get NaN (no estimate).
+The constants marked *fitted* come from ``models.memory_calibration`` (fitted on measured peaks of
+public projects, shipped in ``models/calibration/``). Jobs without ``model_params`` get NaN.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from features.history import numeric_column, object_column
+from features.job_keys import JobColumns, numeric_column, object_column
+from models.memory_assumptions import CKPT, LOSS, MODE, STRATEGY, Scenario, resolve_scenarios
+from models.memory_calibration import MemoryCalibration, shipped_calibration
 
 __all__ = [
     "GPU_MEMORY_MIB",
-    "LORA_FRACTION",
-    "CUDA_CONTEXT_MIB",
     "NCCL_BUFFERS_MIB",
-    "ACTIVATION_PER_SAMPLE_MIB",
-    "VOCAB",
+    "SELECTIVE_SHARE",
     "MemoryParts",
     "transformer_shape",
+    "memory_terms",
+    "ResolvedJobs",
+    "resolve_jobs",
+    "parts_from",
+    "upper_bound",
+    "cap_upper",
     "analytic_memory",
 ]
 
@@ -67,108 +83,217 @@ MIB = float(2**20)
 GPU_MEMORY_MIB: Mapping[str, float] = {
     "K80": 11_441, "P100": 16_384, "T4": 15_360, "V100": 16_384, "V100M32": 32_768, "G2": 24_576,
     "G3": 24_576, "A10": 24_576, "A40": 46_068, "L40S": 46_068, "A100-40GB": 40_960,
-    "A100-80GB": 81_920, "H100-80GB": 81_559, "H200": 143_771, "B200": 183_359,
+    "A100-80GB": 81_920, "H100-80GB": 81_559, "H100-94GB": 95_830, "H200": 143_771, "B200": 183_359,
+    "RTX3090": 24_576, "RTX4090": 24_564, "A6000": 49_140,
 }
-LORA_FRACTION = 0.005
-CUDA_CONTEXT_MIB = 750.0
 NCCL_BUFFERS_MIB = 250.0
-ACTIVATION_PER_SAMPLE_MIB = 80.0
-VOCAB = 50_257.0
+#: Selective recomputation keeps this share of the activations (Korthikanti et al.: the attention
+#: core is recomputed, the linear layers' inputs kept).
+SELECTIVE_SHARE = 0.6
+#: Bytes per logit with a chunked loss: the 16-bit logits stay for backward, each chunk's fp32 upcast
+#: is transient (a fused loss keeps none).
+CHUNKED_LOGIT_BYTES = 2.0
+#: Parameters of an all-linear LoRA adapter per rank, hidden unit and layer (q, k, v, o: 2h each;
+#: gate, up, down: h + 2.7h each).
+LORA_PARAMS_PER_RANK_HIDDEN_LAYER = 19.0
 
-_WEIGHT_BYTES = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 2.0, "int8": 2.0, "int4": 2.0}
-_FROZEN_BYTES = {"int8": 1.0, "int4": 0.5}
-_OPTIMIZER_BYTES = {"adamw": 8.0, "adam": 8.0, "adamw_8bit": 2.0, "adam8bit": 2.0, "sgd": 4.0, "adafactor": 0.0,
-                    "lion": 4.0, "rmsprop": 4.0}
-_QLORA_FROZEN_BYTES = 4.127 / 8.0
+_LOW_BIT_OPTIMIZER = 2.5  # at or below this many bytes the optimizer state is quantised, not in the param dtype
+
+
+def _table(codes: Mapping[str, int], members: tuple[str, ...], values: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
+    """Lookup array over a vocabulary's codes: ``values[1]`` for members, ``values[0]`` otherwise."""
+    out = np.full(len(codes), values[0])
+    out[[codes[m] for m in members]] = values[1]
+    return out
+
+
+_TRUE16 = _table(MODE, ("bf16-true", "fp16-true")).astype(bool)
+_WEIGHT_B = _table(MODE, ("fp32",), (2.0, 4.0))  # bytes per weight (and per gradient) by precision mode
+_MASTER_B = _table(MODE, ("fp32", "bf16-true", "fp16-true"), (4.0, 0.0))  # fp32 master copy of mixed modes
+_ADAPTER_B = _table(MODE, ("bf16-true", "fp16-true"), (4.0, 2.0))
+_ACT_SCALE = _table(MODE, ("fp32",), (1.0, 2.0)) * _table(MODE, ("fp8",), (1.0, 0.75))
+_OFFLOAD = _table(STRATEGY, ("zero2-offload", "zero3-offload", "fsdp-offload")).astype(bool)
+_SHARD_OPT = _table(STRATEGY, ("zero1", "zero2", "zero3", "fsdp", "zero2-offload", "zero3-offload",
+                               "fsdp-offload")).astype(bool)
+_SHARD_GRAD = _table(STRATEGY, ("zero2", "zero3", "fsdp", "zero2-offload", "zero3-offload", "fsdp-offload")).astype(bool)
+_SHARD_WEIGHTS = _table(STRATEGY, ("zero3", "fsdp", "zero3-offload", "fsdp-offload")).astype(bool)
+_STAGE = np.array([{"zero1": 1.0, "zero2": 2.0, "zero2-offload": 2.0, "zero3": 3.0, "fsdp": 3.0, "zero3-offload": 3.0,
+                    "fsdp-offload": 3.0}.get(s, 0.0) for s in STRATEGY])
 
 
 class MemoryParts(dict):
-    """Named components of the estimate (MiB arrays): ``states``, ``activations``, ``overhead``,
-    ``total``, and ``zero_stage`` (0, 2 or 3 as assumed)."""
+    """Components of the estimate per job (arrays of shape (n,), MiB unless named otherwise):
+    ``states``, ``activations`` (logits included), ``logits``, ``overhead``, ``total`` (the point estimate), ``upper`` (the
+    analytic upper bound, every plausible value of an unknown descriptor covered), ``zero_stage``
+    (0-3 as assumed; offload counts as its stage), ``assumed`` (object array: the values the point
+    estimate assumed for what the record leaves unknown, ``"key=value; ..."``, "" when nothing was)."""
 
 
 def transformer_shape(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Hidden size and layer count implied by a parameter count (the scaling rule above)."""
+    """Hidden size and layer count implied by a parameter count (``P = 12 L h^2``, ``h = 100 L``)."""
     hidden = np.cbrt(100.0 * np.asarray(params, dtype=float) / 12.0)
     return hidden, hidden / 100.0
 
 
-def _lookup(values: np.ndarray, table: Mapping[str, float], default: float) -> np.ndarray:
-    return np.fromiter(
-        (table.get(v.lower(), default) if isinstance(v, str) else default for v in values), "float64", len(values)
-    )
+def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, sc: Scenario,
+                 cal: MemoryCalibration) -> dict[str, np.ndarray]:
+    """Each term for fully resolved descriptors (the module docstring's formulas).
+
+    Returns ``states``, ``activations`` (logits included), ``logits``, ``overhead``, ``total`` (MiB;
+    allocator factor and overhead applied) and ``zero_stage``, arrays of shape (n,); NaN without a size.
+    """
+    p = np.where(params > 0, params, np.nan)
+    hidden, layers = transformer_shape(np.nan_to_num(p, nan=1.0))
+    true16 = _TRUE16[sc.mode]
+    opt = np.where(true16 & (sc.optimizer_bytes > _LOW_BIT_OPTIMIZER), sc.optimizer_bytes / 2.0, sc.optimizer_bytes)
+    weight_b, master_b, adapter_b = _WEIGHT_B[sc.mode], _MASTER_B[sc.mode], _ADAPTER_B[sc.mode]
+    full = method == "full"
+    size = np.nan_to_num(p, nan=0.0)
+    known = sc.trainable > 0
+    emb = np.minimum(2.0 * sc.vocab * hidden, 0.5 * size)
+    trained = np.where(full, np.where(known, np.minimum(sc.trainable, size), size), 0.0)
+    adapters = np.where(full, 0.0, np.where(known, sc.trainable,
+                                            LORA_PARAMS_PER_RANK_HIDDEN_LAYER * sc.lora_rank * hidden * layers))
+    frozen_b = np.where(np.isnan(sc.quant_bytes), weight_b, sc.quant_bytes)
+    frozen = np.where(full, (size - trained) * weight_b, (size - emb) * frozen_b + emb * weight_b)
+
+    mp = np.maximum(sc.tensor_parallel * sc.pipeline_parallel, 1.0)
+    dp = np.maximum(num_gpus / mp, 1.0)
+    offload, shard_w = _OFFLOAD[sc.strategy], _SHARD_WEIGHTS[sc.strategy]
+    # adapters train in fp32 (PEFT's default) except in a 16-bit-true run, which keeps all it trains in 16 bits
+    opt_master = trained * (opt + master_b) + adapters * opt
+    opt_master = np.where(offload, 0.0, opt_master / np.where(_SHARD_OPT[sc.strategy], dp, 1.0))
+    grads = (trained * weight_b + adapters * adapter_b) / np.where(_SHARD_GRAD[sc.strategy], dp, 1.0)
+    grads = np.where(offload | sc.grads_in_backward, 0.0, grads)
+    weights = (trained * weight_b + adapters * adapter_b + frozen) / np.where(shard_w, dp, 1.0)
+    weights = np.where(offload & shard_w, 0.0, weights)
+    gathered = np.where(shard_w & (dp > 1), 2.0 * 12.0 * hidden**2 * 2.0, 0.0)
+    states = (weights + grads + opt_master) / mp + gathered
+
+    split = np.maximum(sc.tensor_parallel, 1.0) * np.maximum(sc.pipeline_parallel, 1.0) * np.maximum(
+        sc.context_parallel, 1.0)
+    act_scale = _ACT_SCALE[sc.mode] / split
+    tokens = sc.batch * sc.seq_len
+    # stored activations per token and hidden unit: a * layers + b, by checkpointing (off, selective, full)
+    a, b = np.zeros(len(CKPT)), np.zeros(len(CKPT))
+    a[CKPT["off"]], a[CKPT["selective"]] = cal.activation_bytes, SELECTIVE_SHARE * cal.activation_bytes
+    a[CKPT["full"]], b[CKPT["full"]] = cal.checkpoint_bytes, cal.activation_bytes  # inputs kept, one layer redone
+    stored = tokens * hidden * (a[sc.ckpt] * layers + b[sc.ckpt])
+    text = sc.seq_len > 0
+    vision = sc.batch * cal.image_sample_mib * MIB * (sc.image_size / 224.0) ** 2 * act_scale
+    logit_b = np.zeros(len(LOSS))
+    logit_b[LOSS["standard"]], logit_b[LOSS["chunked"]] = cal.logit_bytes, CHUNKED_LOGIT_BYTES
+    logit_b = logit_b[sc.loss]
+    logits = np.where(text, tokens * sc.vocab * logit_b / split, 0.0)
+    acts = np.where(text, stored * act_scale, vision) + logits
+    overhead = cal.context_mib + np.where(num_gpus > 1, NCCL_BUFFERS_MIB, 0.0)
+    total = (cal.allocator * (states + acts) + cal.logit_reserve * logits) / MIB + overhead
+    stage = _STAGE[sc.strategy]
+    nan = np.isnan(p)
+    return {
+        "states": np.where(nan, np.nan, states / MIB),
+        "activations": np.where(nan, np.nan, acts / MIB),
+        "logits": np.where(nan, np.nan, logits / MIB),
+        "overhead": np.where(nan, np.nan, overhead),
+        "total": np.where(nan, np.nan, total),
+        "zero_stage": np.where(nan, np.nan, stage),
+    }
 
 
-def analytic_memory(jobs: pd.DataFrame, gpu_memory_mib: Mapping[str, float] | None = None) -> MemoryParts:
-    """Analytic peak memory per GPU for each job (see the module docstring for every term).
+@dataclass(frozen=True)
+class ResolvedJobs:
+    """Jobs with every descriptor resolved: size, method, GPUs and the point and upper scenarios."""
+
+    params: np.ndarray
+    method: np.ndarray
+    num_gpus: np.ndarray
+    point: Scenario
+    upper: Scenario
+    assumed: np.ndarray
+    cap_mib: np.ndarray
+
+    def terms(self, which: str, cal: MemoryCalibration) -> dict[str, np.ndarray]:
+        """``memory_terms`` of the ``"point"`` or ``"upper"`` scenario."""
+        return memory_terms(self.params, self.method, self.num_gpus, getattr(self, which), cal)
+
+
+def resolve_jobs(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str, float] | None = None, *,
+                 calibration: MemoryCalibration | None = None) -> ResolvedJobs:
+    """Read the columns ``analytic_memory`` uses and resolve the unknown descriptors (its parameters)."""
+    table = GPU_MEMORY_MIB if gpu_memory_mib is None else gpu_memory_mib
+    cal = shipped_calibration() if calibration is None else calibration
+    n = len(jobs)
+    params = numeric_column(jobs, "model_params")
+    method = np.array([v.lower() if isinstance(v, str) else "full" for v in object_column(jobs, "finetune_method")],
+                      dtype=object)
+    gpus = np.maximum(np.nan_to_num(numeric_column(jobs, "num_gpus"), nan=1.0), 1.0)
+    largest = max(table.values(), default=np.inf)
+    cap = np.fromiter((table.get(t, np.nan) if isinstance(t, str) else np.nan for t in object_column(jobs, "gpu_type")),
+                      "float64", n)
+    known_cap = cap
+    cap = np.where(np.isnan(cap), largest, cap)
+
+    def evaluate(sc: Scenario, k: int = 1) -> dict[str, np.ndarray]:
+        if k == 1:
+            return memory_terms(params, method, gpus, sc, cal)
+        return memory_terms(np.tile(params, k), np.tile(method, k), np.tile(gpus, k), sc, cal)
+
+    point, upper, assumed = resolve_scenarios(jobs, method, gpus, params, cap, evaluate)
+    return ResolvedJobs(params=params, method=method, num_gpus=gpus, point=point, upper=upper,
+                        assumed=np.where(params > 0, assumed, ""), cap_mib=known_cap)
+
+
+def cap_upper(upper: np.ndarray, point: np.ndarray, cap_mib: np.ndarray) -> np.ndarray:
+    """A job whose point estimate fits its GPU type cannot peak above that type's memory: the bound
+    is capped there (one whose estimate does not fit keeps its bound, the warning that it will not)."""
+    return np.where(np.isfinite(cap_mib) & (point <= cap_mib), np.minimum(upper, cap_mib), upper)
+
+
+def upper_bound(terms: Mapping[str, np.ndarray], cal: MemoryCalibration,
+                margins: tuple[float, float, float] | None = None, *, with_reserve: np.ndarray | bool = True,
+                with_context: np.ndarray | bool = True) -> np.ndarray:
+    """The bound from a scenario's terms: states, activations and logits widened by their log
+    margins (``cal.upper_margins`` unless given), MiB. ``with_reserve`` / ``with_context`` False
+    leave out the allocator's reserve / the CUDA context (a peak measured by torch, not the device)."""
+    ms, ma, ml = cal.upper_margins if margins is None else margins
+    acts = terms["activations"] - terms["logits"]
+    logits = terms["logits"] * np.exp(ml)
+    dynamic = terms["states"] * np.exp(ms) + acts * np.exp(ma) + logits
+    return np.where(with_reserve, cal.allocator * dynamic + cal.logit_reserve * logits, dynamic) + \
+        np.where(with_context, terms["overhead"], 0.0)
+
+
+def parts_from(resolved: ResolvedJobs, cal: MemoryCalibration) -> MemoryParts:
+    """``MemoryParts`` of resolved jobs under a calibration."""
+    terms, high = resolved.terms("point", cal), resolved.terms("upper", cal)
+    upper = cap_upper(np.maximum(upper_bound(high, cal), upper_bound(terms, cal)), terms["total"], resolved.cap_mib)
+    return MemoryParts(states=terms["states"], activations=terms["activations"], logits=terms["logits"],
+                       overhead=terms["overhead"], total=terms["total"], upper=upper, zero_stage=terms["zero_stage"],
+                       assumed=resolved.assumed)
+
+
+def analytic_memory(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str, float] | None = None, *,
+                    calibration: MemoryCalibration | None = None) -> MemoryParts:
+    """Point estimate and upper bound of peak memory per GPU for each job.
 
     Parameters
     ----------
-    jobs : DataFrame of shape (n_jobs, n_columns)
-        Canonical rows; uses ``model_params``, ``precision``, ``optimizer``, ``finetune_method``,
-        ``batch_size``, ``seq_len``, ``num_gpus`` and ``gpu_type``. Missing precision means fp32,
-        missing optimizer AdamW, missing method full fine-tuning, missing batch 1 (the conservative
-        choices).
+    jobs : DataFrame of shape (n_jobs, n_columns) or JobColumns
+        Canonical rows; reads ``model_params``, ``finetune_method``, ``num_gpus``, ``gpu_type``, the
+        workload sizes (``batch_size``, ``seq_len``), ``precision``, ``optimizer`` and the memory
+        descriptors (``precision_mode``, ``quantization``, ``parallel_strategy``,
+        ``tensor_parallel_size``, ``pipeline_parallel_size``, ``grad_checkpointing``, ``lora_rank``).
+        A missing method is full fine-tuning.
     gpu_memory_mib : mapping, optional
-        GPU type -> memory per device (MiB) used to pick the ZeRO stage; default ``GPU_MEMORY_MIB``.
+        GPU type -> memory per device (MiB), which bounds the plausible values of unknown
+        descriptors (a run must fit its GPU); default ``GPU_MEMORY_MIB``.
+    calibration : MemoryCalibration, optional
+        Fitted constants; default the shipped ones (``models.memory_calibration.shipped_calibration``).
 
     Returns
     -------
     MemoryParts
-        Arrays of shape (n_jobs,), MiB; NaN where ``model_params`` is unknown.
+        NaN (and ``assumed`` "") where ``model_params`` is unknown.
     """
-    table = GPU_MEMORY_MIB if gpu_memory_mib is None else gpu_memory_mib
-    n = len(jobs)
-    p = numeric_column(jobs, "model_params")
-    precision = np.array([v.lower() if isinstance(v, str) else "fp32" for v in object_column(jobs, "precision")],
-                         dtype=object)
-    method = np.array([v.lower() if isinstance(v, str) else "full" for v in object_column(jobs, "finetune_method")],
-                      dtype=object)
-    opt = _lookup(object_column(jobs, "optimizer"), _OPTIMIZER_BYTES, 8.0)
-    gpus = np.maximum(np.nan_to_num(numeric_column(jobs, "num_gpus"), nan=1.0), 1.0)
-    batch = numeric_column(jobs, "batch_size")
-    batch = np.where(batch > 0, batch, 1.0)
-    seq = numeric_column(jobs, "seq_len")
-    cap = np.fromiter((table.get(t, np.nan) if isinstance(t, str) else np.nan for t in object_column(jobs, "gpu_type")),
-                      "float64", n)
-
-    w = _lookup(precision, _WEIGHT_BYTES, 4.0)
-    full = method == "full"
-    trainable = np.where(full, p, p * LORA_FRACTION)
-    frozen_w = np.where(method == "qlora", _QLORA_FROZEN_BYTES, _lookup(precision, _FROZEN_BYTES, np.nan))
-    frozen_w = np.where(np.isnan(frozen_w), w, frozen_w)
-    frozen = np.where(full, 0.0, (p - trainable) * frozen_w)
-    t_w = np.where(full, w, 4.0)  # LoRA adapters train in fp32
-    # mixed precision keeps an fp32 master copy and fp32 gradients for the optimizer step
-    mixed_extra = np.where(full & (w == 2.0), 8.0, 0.0)
-    hidden, layers = transformer_shape(np.where(p > 0, p, 1.0))
-    ddp = frozen + trainable * (2.0 * t_w + opt + mixed_extra / 2.0)
-    zero2 = frozen + trainable * 2.0 * t_w + trainable * (opt + mixed_extra) / gpus
-    zero3 = (frozen + trainable * (t_w + opt + np.where(mixed_extra > 0, mixed_extra, t_w))) / gpus \
-        + 4.0 * 12.0 * hidden**2  # DeepSpeed's 4 x largest-layer parameters (one block, 12 h^2)
-
-    act_scale = np.where(np.isin(precision, ("fp32", "tf32")), 2.0, np.where(precision == "fp8", 0.75, 1.0))
-    logit_bytes = np.where(np.isin(precision, ("fp32", "tf32")), 8.0, 10.0)
-    has_seq = seq > 0
-    s = np.where(has_seq, seq, 0.0)
-    transformer_acts = layers * 34.0 * s * batch * hidden * act_scale + batch * s * VOCAB * logit_bytes
-    per_sample = ACTIVATION_PER_SAMPLE_MIB * MIB * act_scale / 2.0
-    acts = np.where(has_seq, transformer_acts, batch * per_sample)
-    overhead = CUDA_CONTEXT_MIB + np.where(gpus > 1, NCCL_BUFFERS_MIB, 0.0)
-
-    def total(states: np.ndarray) -> np.ndarray:
-        return (states + acts) / MIB + overhead
-
-    fits2, fits0 = total(zero2) <= cap, total(ddp) <= cap  # False where cap is NaN
-    multi = gpus > 1
-    stage = np.where(~multi | fits0, 0, np.where(fits2, 2, 3))
-    states = np.where(stage == 0, ddp, np.where(stage == 2, zero2, zero3))
-    known = p > 0
-    nan = np.full(n, np.nan)
-    return MemoryParts(
-        states=np.where(known, states / MIB, nan),
-        activations=np.where(known, acts / MIB, nan),
-        overhead=np.where(known, overhead, nan),
-        total=np.where(known, total(states), nan),
-        zero_stage=np.where(known, stage, nan),
-    )
+    cal = shipped_calibration() if calibration is None else calibration
+    return parts_from(resolve_jobs(jobs, gpu_memory_mib, calibration=cal), cal)

@@ -6,6 +6,13 @@ Required columns: ``job_id``, ``submit_ts``, ``state``; every other canonical co
 types, from CSV as text (a CSV has no types, and guessing per chunk would give one column
 different types in different chunks).
 
+Memory descriptors (``precision``, ``precision_mode``, ``quantization``, ``parallel_strategy``, the
+parallel sizes, ``grad_checkpointing``, ``loss_implementation``, ``lora_rank``, ...) accept every
+spelling ``features.memory_descriptors`` knows: Lightning's ``bf16-mixed`` / ``16-mixed`` /
+``32-true``, Hugging Face's ``bf16=True`` / ``torch_dtype=bfloat16``, DeepSpeed's ``stage3``, FSDP's
+``FULL_SHARD``, ``r=16``; a precision column holding a mode (``bf16-mixed``) also fills
+``precision_mode``. A spelling it does not know rejects the row naming the column.
+
 CSV specifics: only an empty field is null (``NA`` or ``null`` are kept as text); numbers are
 parsed exactly (shortest round-trip form, as pandas and Python write them); ``*_ts`` columns also
 accept ISO 8601 dates (``2024-05-01T10:00:00Z``; no offset means UTC); ``censored`` accepts
@@ -24,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from features.errors import InputError
+from features.memory_descriptors import DESCRIPTOR_COLUMNS, normalise_descriptors
 from features.schema import BOOL_COLUMNS, COLUMNS, FLOAT_COLUMNS
 from features.sources._base import (
     DEFAULT_CHUNK_ROWS,
@@ -70,8 +78,8 @@ class CanonicalCsvReader(Reader):
                 raise InputError(f"cannot read {path}: not a valid Parquet file ({exc})") from exc
             require_columns(path, self.name, parquet.schema_arrow.names, REQUIRED)
             for batch in parquet.iter_batches(batch_size=chunk_rows):
-                frame = batch.to_pandas()
-                frame[READER_REJECT] = pd.Series(pd.NA, index=frame.index, dtype="string")
+                frame, checks = normalise_descriptors(batch.to_pandas())
+                frame[READER_REJECT] = first_reason(len(frame), checks)
                 frame["source"] = frame["source"].fillna(self.name) if "source" in frame else self.name
                 yield frame
         finally:
@@ -95,9 +103,9 @@ class CanonicalCsvReader(Reader):
 
     def _typed(self, chunk: pd.DataFrame) -> pd.DataFrame:
         chunk = chunk.reset_index(drop=True)
-        checks = []
+        chunk, checks = normalise_descriptors(chunk)  # their own spellings, numbers included
         for col in FLOAT_COLUMNS:
-            if col not in chunk:
+            if col not in chunk or col in DESCRIPTOR_COLUMNS:
                 continue
             text = pa.array(chunk[col], type=pa.string(), from_pandas=True)
             values, bad = to_float(text)

@@ -19,6 +19,9 @@ Mapping (one row per Workload):
   ``lastTransitionTime`` (the last admission); end = the ``Finished`` condition's. A workload that
   ended by eviction no longer has ``Admitted=True``; its start is then end minus Kueue's
   ``accumulatedPastExecutionTimeSeconds`` when recorded, else unknown.
+- Memory descriptors: annotations and labels ``predictor/<key>`` (or one ``predictor/memory``
+  annotation of ``key=value`` pairs) on the Workload or its pod templates
+  (``features.memory_conventions``; the Workload's own win).
 - Outcome: ``Finished`` reason ``Succeeded`` -> COMPLETED; ``Failed`` -> FAILED (OUT_OF_MEMORY /
   TIMEOUT when the message says ``OOMKilled`` / ``DeadlineExceeded``); ``AdmissionChecksRejected``
   -> CANCELLED. Not finished: an eviction for ``MaximumExecutionTimeExceeded`` -> TIMEOUT; an
@@ -38,6 +41,7 @@ import pandas as pd
 import pyarrow as pa
 
 from features.gpu_types import DEFAULT_VOCABULARY
+from features.memory_conventions import descriptors_from_kubernetes
 from features.schema import conform
 from features.sources._base import DEFAULT_CHUNK_ROWS, READER_REJECT, Reader, batched, parse_timestamps
 from features.sources.jsonstream import iter_records
@@ -253,4 +257,14 @@ def workload_record(item: Any) -> dict[str, Any]:
     record["state"], record["end_ts"] = _outcome(spec, conds)
     record["accumulated_s"] = status.get("accumulatedPastExecutionTimeSeconds",
                                          status.get("accumulatedPastExexcutionTimeSeconds"))  # v1beta1 spelling
+    record.update(descriptors_from_kubernetes(_descriptor_maps(meta, spec)))
     return record
+
+
+def _descriptor_maps(meta: dict, spec: dict) -> list[dict]:
+    """Annotation and label maps that may carry memory descriptors, the Workload's own first."""
+    maps = [meta.get("annotations") or {}, meta.get("labels") or {}]
+    for pod_set in spec.get("podSets") or []:
+        template = (pod_set.get("template") or {}).get("metadata") or {}
+        maps += [template.get("annotations") or {}, template.get("labels") or {}]
+    return maps

@@ -23,6 +23,9 @@ Mapping (one canonical row per job; the header line names the fields, any order,
 - Times: ``Submit``/``Start``/``End`` are local wall-clock strings; they are read in the reader's
   timezone (UTC unless ``--timezone``; run ``TZ=UTC sacct ...`` to avoid guessing). ``Unknown``
   and ``None`` are null. A job still running keeps ``Elapsed`` as its observed duration.
+- Memory descriptors: ``key=value`` pairs in ``Comment`` (``sbatch --comment "precision=bf16-true
+  quant=nf4 strategy=zero3 ckpt=full lora_r=16"``), then ``JobName`` tokens
+  (``llama3-8b-qlora-r16-z3``), as ``features.memory_conventions`` reads them.
 - Steps must follow their job line, as sacct prints them; a step group whose job line is not
   among the rows next to it is rejected with a reason rather than guessed.
 """
@@ -39,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from features.memory_conventions import descriptors_from_slurm
 from features.sources import sacct_eagle
 from features.sources._base import (
     DEFAULT_CHUNK_ROWS,
@@ -57,7 +61,7 @@ from features.sources.slurm_fields import normalise_slurm_state, parse_slurm_dur
 
 FIELDS = (
     "JobID", "JobName", "User", "Account", "Partition", "QOS", "Submit", "Start", "End", "Elapsed",
-    "Timelimit", "State", "ReqTRES", "AllocTRES", "NNodes", "NTasks", "ReqCPUS", "TRESUsageInMax",
+    "Timelimit", "State", "ReqTRES", "AllocTRES", "NNodes", "NTasks", "ReqCPUS", "TRESUsageInMax", "Comment",
 )
 REQUIRED = ("JobID", "User", "Submit", "State")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
@@ -219,12 +223,22 @@ class SacctReader(Reader):
             "peak_vram_mib": np.nan,
             "source": self.name,
         })
+        _add_descriptors(frame, col["Comment"], col["JobName"])
         frame[READER_REJECT] = first_reason(n, [
             (bad_submit, "unparseable Submit time"), (bad_start, "unparseable Start time"),
             (bad_end, "unparseable End time"), (bad_limit, "unparseable Timelimit"),
             (bad_elapsed, "unparseable Elapsed"), (req.bad_memory, "unparseable mem in ReqTRES"),
         ])
         return frame
+
+
+def _add_descriptors(frame: pd.DataFrame, comments: pa.Array | pa.ChunkedArray,
+                     names: pa.Array | pa.ChunkedArray) -> None:
+    """Memory descriptors from the comment and the job name, as columns (in place; only those found)."""
+    found = pd.DataFrame.from_records(descriptors_from_slurm(comments.to_pylist(), names.to_pylist()),
+                                      index=frame.index)
+    for column in found.columns:
+        frame[column] = found[column]
 
 
 def _apply_usage(jobs: pd.DataFrame, steps: pa.Table, owner: np.ndarray, owned: np.ndarray) -> None:

@@ -29,4 +29,4 @@ def later_jobs(synth_jobs: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.fixture(scope="session")
 def bundle(synth_jobs: pd.DataFrame) -> JobPredictorBundle:
-    return fit_bundle(synth_jobs, duration_params=FAST, memory_estimator=MemoryEstimator(params=FAST))
+    return fit_bundle(synth_jobs, duration_params=FAST, memory_estimator=MemoryEstimator(params=FAST, learn_from_synthetic=True))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from models.lgbm import BoosterParams
-from models.memory import UNMEASURED_MARGIN, MemoryEstimator, fitting_types
+from models.memory import UNMEASURED_MARGIN, MemoryEstimator, fitting_types, measured_peaks
 
 FAST = BoosterParams(n_estimators=60, num_leaves=7, min_child_samples=10, num_threads=1)
 
@@ -40,11 +41,29 @@ def test_few_measurements_give_a_constant_correction() -> None:
     assert np.allclose(point / analytic, np.exp(est.const_median_))
 
 
-def test_no_measurements_keep_the_analytic_estimate_with_a_margin() -> None:
+def test_no_measurements_keep_the_analytic_estimate_and_its_bound() -> None:
     Z, analytic, _ = measured(10, 5)
     est = MemoryEstimator().fit(Z, analytic, np.full(10, np.nan))
     point, upper = est.predict(Z, analytic)
     assert np.allclose(point, analytic) and np.allclose(upper, analytic * UNMEASURED_MARGIN)
+    prior_upper = analytic * 1.7
+    point, upper = est.predict(Z, analytic, prior_upper)
+    assert np.allclose(point, analytic) and np.allclose(upper, prior_upper)
+
+
+def test_a_few_measurements_never_lower_the_analytic_bound() -> None:
+    Z, analytic, actual = measured(20, 8)
+    est = MemoryEstimator(params=FAST).fit(Z, analytic, actual * 0.5)  # a cluster whose runs peak low
+    point, upper = est.predict(Z, analytic, analytic * 1.6)
+    assert np.all(point < analytic) and np.all(upper >= analytic * 1.6)
+
+
+def test_measured_peaks_leave_out_synthetic_and_out_of_memory_rows() -> None:
+    jobs = pd.DataFrame({"peak_vram_mib": [1000.0, 2000.0, 3000.0, np.nan],
+                         "state": ["COMPLETED", "OUT_OF_MEMORY", "COMPLETED", "COMPLETED"],
+                         "source": ["sacct", "sacct", "synth:philly", "sacct"]})
+    assert np.allclose(measured_peaks(jobs), [1000.0, np.nan, np.nan, np.nan], equal_nan=True)
+    assert np.allclose(measured_peaks(jobs, include_synthetic=True), [1000.0, np.nan, 3000.0, np.nan], equal_nan=True)
 
 
 def test_unknown_analytic_estimate_gives_no_prediction() -> None:
