@@ -99,10 +99,11 @@ def strings(table: Columns, col: str) -> np.ndarray:
     return values.astype(object) if values.dtype != object else values
 
 
-def floats(table: Columns, col: str, fill: float = np.nan) -> np.ndarray:
-    """A float column; missing and non-finite values (an overflowing prediction) become ``fill``."""
+def floats(table: Columns, col: str, fill: float = np.nan, n: int | None = None) -> np.ndarray:
+    """A float column; missing and non-finite values (an overflowing prediction) become ``fill``
+    (``n`` rows of it when the table lacks the column: an empty prediction mapping)."""
     if col not in table:
-        return np.full(length(table), fill, dtype=np.float64)
+        return np.full(length(table) if n is None else n, fill, dtype=np.float64)
     values = table[col]
     values = (values.to_numpy(dtype=np.float64, na_value=fill) if isinstance(values, pd.Series)
               else np.asarray(values, dtype=np.float64))
@@ -110,7 +111,7 @@ def floats(table: Columns, col: str, fill: float = np.nan) -> np.ndarray:
 
 
 def _slowdown(preds: Columns, n: int) -> np.ndarray:
-    return np.column_stack([floats(preds, c, 1.0) for c in SLOWDOWN_COLUMNS]).reshape(n, len(SLOWDOWN_COLUMNS))
+    return np.column_stack([floats(preds, c, 1.0, n) for c in SLOWDOWN_COLUMNS]).reshape(n, len(SLOWDOWN_COLUMNS))
 
 
 def pending_jobs(jobs: Columns, preds: Columns, vocab: Vocabulary, layout: ClusterLayout, now: float, *,
@@ -131,7 +132,7 @@ def pending_jobs(jobs: Columns, preds: Columns, vocab: Vocabulary, layout: Clust
     submit = floats(jobs, "submit_ts")
     milli = floats(jobs, "gpu_milli", float(MILLI))
     requested, request = requested_types(strings(jobs, "gpu_type"), layout, ids)
-    fallback = (floats(preds, "fallback", 0.0) != 0) if "fallback" in preds else np.zeros(n, bool)
+    fallback = (floats(preds, "fallback", 0.0, n) != 0) if "fallback" in preds else np.zeros(n, bool)
     return PendingJobs.from_columns(
         job_id=ids,
         submit_ts=np.where(np.isfinite(submit), submit, now),
@@ -141,8 +142,8 @@ def pending_jobs(jobs: Columns, preds: Columns, vocab: Vocabulary, layout: Clust
         tier=vocab.tiers.codes(strings(jobs, "tier")),
         queue=vocab.queues.codes(strings(jobs, "queue")),
         deadline_ts=floats(jobs, "deadline_ts"), time_limit_s=floats(jobs, "time_limit_s"),
-        p10_s=floats(preds, "duration_p10_s"), p50_s=floats(preds, "duration_p50_s"),
-        p90_s=floats(preds, "duration_p90_s"), peak_vram_upper_mib=floats(preds, "peak_vram_upper_mib"),
+        p10_s=floats(preds, "duration_p10_s", n=n), p50_s=floats(preds, "duration_p50_s", n=n),
+        p90_s=floats(preds, "duration_p90_s", n=n), peak_vram_upper_mib=floats(preds, "peak_vram_upper_mib", n=n),
         slowdown=_slowdown(preds, n), attained_gpu_s=attained_gpu_s, fallback=fallback,
         model_version=strings(preds, "model_version") if "model_version" in preds else None,
         requested_types=requested, gpu_request=request,
@@ -229,7 +230,7 @@ def running_jobs(jobs: Columns, preds: Columns, vocab: Vocabulary, layout: Clust
     rows = np.array([i for i in range(n) if held[i] is not None], dtype=np.int64)
     unplaced = tuple(str(ids[i]) for i in range(n) if held[i] is None)
     slow = _slowdown(preds, n)
-    p90 = floats(preds, "duration_p90_s")
+    p90 = floats(preds, "duration_p90_s", n=n)
     cls = np.array([layout.placement_class(held[i]) for i in rows], dtype=np.int64)
     predicted_end = start[rows] + p90[rows] * (slow[rows, cls] if len(rows) else 1.0)
 
