@@ -21,11 +21,32 @@ from features.gpu_types import KNOWN_GPU_TYPES, GpuTypeVocabulary, split_request
 from predictor.adapters.cluster_policy import ClusterPolicy, TierSpec, cluster_policy_from_config
 from predictor.capacity.inventory import Inventory
 
-__all__ = ["LargestJob", "JobHistory", "Expectations", "load_expectations", "vocabulary_for", "SHARE_TOLERANCE"]
+__all__ = ["LargestJob", "JobHistory", "Expectations", "load_expectations", "vocabulary_for", "SHARE_TOLERANCE",
+           "out_of_proportion", "proportions"]
 
 #: Relative difference between a cluster's proportion (of weights, of fair-share) and the policy's
 #: beyond which the two disagree: 0.1 means 30 % against 33 % agrees, 25 % against 33 % does not.
 SHARE_TOLERANCE = 0.10
+
+
+def out_of_proportion(have: Mapping[str, float], want: Mapping[str, float]) -> list[str]:
+    """Keys whose fraction of ``have``'s total differs from their fraction of ``want``'s by more than
+    ``SHARE_TOLERANCE`` of the larger fraction; a key positive in one and zero in the other always does."""
+    h_total, w_total = sum(have.values()), sum(want.values())
+    out = []
+    for key in have:
+        h = have[key] / h_total if h_total else 0.0
+        w = want.get(key, 0.0) / w_total if w_total else 0.0
+        if (h > 0) != (w > 0) or abs(h - w) > SHARE_TOLERANCE * max(h, w):
+            out.append(key)
+    return out
+
+
+def proportions(values: Mapping[str, float]) -> str:
+    """``a:b:c (50%:30%:20%)`` of the values, in their order."""
+    total = sum(values.values()) or 1.0
+    return ":".join(f"{v:g}" for v in values.values()) + " (" + ":".join(
+        f"{100 * v / total:.0f}%" for v in values.values()) + ")"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from predictor.adapters.cluster_policy import dns_name
-from predictor.adapters.doctor.expectations import SHARE_TOLERANCE, Expectations
+from predictor.adapters.doctor.expectations import Expectations, out_of_proportion, proportions
 from predictor.adapters.doctor.findings import Check, Finding, Severity
 from predictor.adapters.doctor.kueue_picture import KueuePicture, quantity
 from predictor.adapters.kueue.adapter import QUEUE_LABEL
@@ -209,14 +209,15 @@ def fair_sharing_unbalanced(pic: KueuePicture, exp: Expectations) -> Iterator[Fi
             pairs[cq] = (team, 1.0 if weight is None else weight)
     if len(pairs) < 2:
         return
-    k_total, p_total = sum(w for _, w in pairs.values()), sum(t.share for t, _ in pairs.values())
+    have = {cq: w for cq, (_, w) in sorted(pairs.items())}
+    want = {cq: t.share for cq, (t, _) in sorted(pairs.items())}
+    if not out_of_proportion(have, want):
+        return
+    evidence = f"fairSharing.weight {':'.join(have)} = {proportions(have)}; policy shares = {proportions(want)}"
     for cq, (team, weight) in sorted(pairs.items()):
-        have, want = weight / k_total if k_total else 0.0, team.share / p_total
-        if abs(have - want) > SHARE_TOLERANCE * max(have, want):
+        if weight != team.share:  # the queues whose weight is not the generated one (the team's share)
             patch = json.dumps({"spec": {"fairSharing": {"weight": f"{team.share:g}"}}})
-            yield Finding("kueue-fair-sharing-unbalanced", Severity.WARNING, f"ClusterQueue {cq}",
-                          f"fairSharing.weight {weight:g} is {100 * have:.0f}% of the teams' weights; the policy "
-                          f"gives {team.name} share {team.share:g} = {100 * want:.0f}%",
+            yield Finding("kueue-fair-sharing-unbalanced", Severity.WARNING, f"ClusterQueue {cq}", evidence,
                           f"kubectl patch clusterqueue {cq} --type merge -p {shlex.quote(patch)}")
 
 

@@ -39,7 +39,9 @@ def render_table(report: DoctorReport, console: Console) -> None:
     """The findings as a table (severity, check, subject, evidence, fix), then a one-line summary."""
     if report.findings:
         table = Table(title=f"predictor doctor --target {report.target}", show_lines=True, expand=True)
-        for name, ratio in (("severity", 1), ("check", 2), ("subject", 2), ("evidence", 4), ("fix", 4)):
+        table.add_column("severity", no_wrap=True)
+        table.add_column("check", no_wrap=True)
+        for name, ratio in (("subject", 2), ("evidence", 4), ("fix", 4)):
             table.add_column(name, ratio=ratio, overflow="fold")
         for f in report.findings:
             table.add_row(f"[{_STYLE[f.severity]}]{f.severity.value}[/]", f.check, f.subject, f.evidence, f.fix)

@@ -11,7 +11,7 @@ import re
 import shlex
 from collections.abc import Iterator
 
-from predictor.adapters.doctor.expectations import SHARE_TOLERANCE, Expectations
+from predictor.adapters.doctor.expectations import Expectations, out_of_proportion, proportions
 from predictor.adapters.doctor.findings import Check, Finding, Severity
 from predictor.adapters.doctor.slurm_picture import SlurmPicture
 from predictor.adapters.slurm.config import (
@@ -85,12 +85,6 @@ def priority_weights_zero(pic: SlurmPicture, exp: Expectations) -> Iterator[Find
                        + "): every job gets the same priority", fix)
 
 
-def _pct(values: dict[str, float]) -> str:
-    total = sum(values.values()) or 1.0
-    return ":".join(f"{v:g}" for v in values.values()) + " (" + ":".join(
-        f"{100 * v / total:.0f}%" for v in values.values()) + ")"
-
-
 def weights_vs_policy(pic: SlurmPicture, exp: Expectations) -> Iterator[Finding]:
     """Slurm's weights in other proportions than the policy's, factors the policy lacks, age cap and half-life."""
     if (_get(pic, "PriorityType") or "") != "priority/multifactor":
@@ -99,14 +93,11 @@ def weights_vs_policy(pic: SlurmPicture, exp: Expectations) -> Iterator[Finding]
     if not any(slurm.values()) and not any(_weight(pic, k) for k in UNMAPPED):
         return  # slurm-priority-weights-zero says so
     policy = {f: float(exp.policy.weights.get(f, 0.0)) for f in MAPPED}
-    s_total, p_total = sum(slurm.values()), sum(policy.values())
-    off = [f for f in MAPPED if (slurm[f] > 0) != (policy[f] > 0) or (
-        s_total > 0 and p_total > 0
-        and abs(slurm[f] / s_total - policy[f] / p_total) > SHARE_TOLERANCE * max(slurm[f] / s_total, policy[f] / p_total))]
+    off = out_of_proportion(slurm, policy)
     if off:
         yield _finding(
             "slurm-weights-contradict-policy", Severity.WARNING, "PriorityWeightQOS/Age/Fairshare",
-            f"Slurm QOS:Age:Fairshare = {_pct(slurm)}; policy tier:age:fairshare = {_pct(policy)}; "
+            f"Slurm QOS:Age:Fairshare = {proportions(slurm)}; policy tier:age:fairshare = {proportions(policy)}; "
             f"out of proportion: {', '.join(off)}", _conf_fix(pic, exp, tuple(MAPPED.values())))
     for key in UNMAPPED:
         if _weight(pic, key) > 0:
@@ -197,14 +188,16 @@ def fairshare_unbalanced(pic: SlurmPicture, exp: Expectations) -> Iterator[Findi
     pairs = [(t, v) for t, v in pairs if v is not None and v > 0]
     if len(pairs) < 2:
         return
-    s_total, p_total = sum(v for _, v in pairs), sum(t.share for t, _ in pairs)
+    have = {t.name: v for t, v in pairs}
+    if not out_of_proportion(have, {t.name: t.share for t, _ in pairs}):
+        return
+    evidence = (f"Fairshare {':'.join(have)} = {proportions(have)}; policy shares = "
+                f"{proportions({t.name: t.share for t, _ in pairs})}")
     for team, value in pairs:
-        have, want = value / s_total, team.share / p_total
-        if abs(have - want) > SHARE_TOLERANCE * max(have, want):
+        command = _account_command(exp, team.name)
+        if f"Fairshare={value:g}" not in command:  # the account whose value is not the generated one
             yield _finding("slurm-fairshare-unbalanced", Severity.WARNING, f"account {team.name.lower()}",
-                           f"Fairshare={value:g} is {100 * have:.0f}% of the teams' shares; the policy gives "
-                           f"{team.name} share {team.share:g} = {100 * want:.0f}%",
-                           shlex.join(_account_command(exp, team.name)))
+                           evidence, shlex.join(command))
 
 
 PRIORITY_CHECKS: tuple[Check[SlurmPicture, Expectations], ...] = (
