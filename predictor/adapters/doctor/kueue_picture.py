@@ -155,12 +155,13 @@ class KueuePicture:
 _ADAPTER = TypeAdapter(KueuePicture)
 
 
-def _load(call: Any, what: str, *args: Any, optional: bool = True) -> list[dict[str, Any]]:
+def _load(call: Any, what: str, *args: Any) -> list[dict[str, Any]] | None:
+    """The items of one list call; None when the API serves no such kind (HTTP 404: its CRD is not installed)."""
     try:
         doc = json.loads(call(*args, _preload_content=False).data or b"{}")
     except client.ApiException as exc:
-        if exc.status == 404 and optional:
-            return []  # the CRD is not installed (an older Kueue): nothing of that kind
+        if exc.status == 404:
+            return None
         raise _classify(exc, what) from None
     except Exception as exc:  # urllib3 and OS errors: classified like the adapter's
         raise _classify(exc, what) from None
@@ -194,18 +195,16 @@ def read_kueue_picture(api: client.ApiClient, naming: KueueNaming | None = None)
     custom = client.CustomObjectsApi(api)
     objects: dict[str, tuple[dict[str, Any], ...]] = {}
     for kind, plural in KUEUE_KINDS.items():
-        try:
-            items = _load(custom.list_cluster_custom_object, f"LIST {plural}", GROUP, naming.api_version, plural,
-                          optional=kind != "ClusterQueue")
-        except Exception as exc:
-            if kind == "ClusterQueue" and "HTTP 404" in str(exc):
-                raise InputError(f"the cluster serves no {GROUP}/{naming.api_version} ClusterQueues: is Kueue "
-                                 "installed (try --kueue-api-version v1beta1 for Kueue < 0.15)?") from None
-            raise
-        objects[kind] = tuple(items)
-    objects["Node"] = tuple(_node(n) for n in _load(client.CoreV1Api(api).list_node, "LIST nodes", optional=False))
+        items = _load(custom.list_cluster_custom_object, f"LIST {plural}", GROUP, naming.api_version, plural)
+        if items is None and kind == "ClusterQueue":
+            raise InputError(f"the cluster serves no {GROUP}/{naming.api_version} ClusterQueues: is Kueue "
+                             "installed (try --kueue-api-version v1beta1 for Kueue < 0.15)?")
+        objects[kind] = tuple(items or ())  # another kind missing: an older Kueue without it
+    nodes = _load(client.CoreV1Api(api).list_node, "LIST nodes") or []
+    objects["Node"] = tuple(_node(n) for n in nodes)
     objects["PriorityClass"] = tuple(
         {"metadata": {"name": p["metadata"]["name"]}, "value": p.get("value", 0)}
-        for p in _load(client.SchedulingV1Api(api).list_priority_class, "LIST priorityclasses"))
-    objects["Job"] = tuple(_job(j) for j in _load(client.BatchV1Api(api).list_job_for_all_namespaces, "LIST jobs"))
+        for p in _load(client.SchedulingV1Api(api).list_priority_class, "LIST priorityclasses") or [])
+    jobs = _load(client.BatchV1Api(api).list_job_for_all_namespaces, "LIST jobs") or []
+    objects["Job"] = tuple(_job(j) for j in jobs)
     return KueuePicture(objects=objects, naming=naming)
