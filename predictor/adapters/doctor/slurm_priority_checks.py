@@ -61,7 +61,7 @@ def slurm_duration_s(text: str | None) -> float | None:
 
 def _conf_fix(pic: SlurmPicture, exp: Expectations, keys: tuple[str, ...]) -> str:
     wanted = wanted_slurm_conf(exp)
-    lines = " ".join(f"{k}={wanted[k]}" for k in keys)
+    lines = " ".join(f"{k}={wanted.get(k, '0')}" for k in keys)  # a weight the generator leaves out is 0
     return (f"set {lines} in {pic.slurm_conf} (`predictor slurm config{exp.policy_option()}` prints them), "
             "then `scontrol reconfigure`")
 

@@ -87,17 +87,20 @@ def test_exit_status_is_the_worst_severity():
     ({"config": {**CONFIG, "PriorityWeightAge": "0"}}, "slurm-weights-contradict-policy", Severity.WARNING),
     ({"config": {**CONFIG, "PriorityDecayHalfLife": "14-00:00:00"}}, "slurm-weights-contradict-policy",
      Severity.WARNING),
+    ({"config": {**CONFIG, "PriorityWeightAssoc": "500"}}, "slurm-weights-contradict-policy", Severity.WARNING),
     ({"partitions": (SlurmPartition("gpu", "UP", True), SlurmPartition("old", "INACTIVE"))},
      "slurm-partition-down", Severity.WARNING),
     ({"gres_conf": GresConf("/etc/slurm/gres.conf", False)}, "slurm-gres-without-cores", Severity.WARNING),
     ({"accounts": (SlurmAccount("vision", "200", 4), SlurmAccount("nlp", "100")),
       "pending": (SlurmPendingJob("9", "vision", "gpu", "normal", 8, None, "AssocGrpGRES"),)},
      "slurm-quota-too-small", Severity.ERROR),
-], ids=["priority-basic", "age-weight-zero", "half-life", "inactive-partition", "no-gres-conf", "grp-tres"])
+], ids=["priority-basic", "age-weight-zero", "half-life", "assoc-weight", "inactive-partition", "no-gres-conf",
+        "grp-tres"])
 def test_slurm_branches(changes, check, severity):
     report = diagnose_slurm(slurm_picture(**changes), EXPECT)
     assert _checks(report) == {check}
     assert {f.severity for f in report.findings} == {severity}
+    assert all(f.fix and f.evidence for f in report.findings)
 
 
 def test_a_pending_job_spelling_a_gres_type_unlike_the_nodes():

@@ -67,11 +67,29 @@ def _apply_policy_commands(cluster: SlurmCluster, policy_path: Path) -> None:
         cluster.run("sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set", "GrpTRES=gres/gpu=-1")
 
 
+def _reset(cluster: SlurmCluster) -> None:
+    """No jobs, the partition up, the node resumed, gres.conf with Cores=."""
+    cluster.run("scancel", "--user=root")
+    _until(lambda: not cluster.run("squeue", "-h").stdout.strip(), "queue empty")
+    cluster.set_partition("UP")
+    if "drain" in cluster.run("sinfo", "-h", "-n", "localhost", "-o", "%t").stdout:
+        cluster.run("scontrol", "update", "nodename=localhost", "state=resume")
+    (cluster.root / "etc" / "gres.conf").write_text(_gres_line(cluster))
+
+
+def _sacctmgr_rows(cluster: SlurmCluster, *args: str) -> list[list[str]]:
+    out = cluster.run("sacctmgr", "-n", "-P", "show", *args).stdout
+    return [line.split("|") for line in out.splitlines() if line.strip()]
+
+
 @pytest.fixture(scope="module")
 def configured(slurm_cluster: SlurmCluster, tmp_path_factory) -> Iterator[SlurmCluster]:
-    """The session's Slurm configured from the test policy; slurm.conf and gres.conf restored afterwards."""
+    """The session's Slurm configured from the test policy; slurm.conf, gres.conf, the QoS and the
+    accounts' fair-share and GPU limits as they were afterwards (other tests share this cluster)."""
     conf, gres = slurm_cluster.conf, slurm_cluster.root / "etc" / "gres.conf"
     saved = conf.read_text(), gres.read_text()
+    qos_before = {name for (name,) in _sacctmgr_rows(slurm_cluster, "qos", "format=Name")}
+    accounts_before = _sacctmgr_rows(slurm_cluster, "association", "where", "user=", "format=Account,Fairshare,GrpTRES")
     policy = _write_policy(tmp_path_factory.mktemp("doctor") / "policy.yaml")
     gres.write_text(_gres_line(slurm_cluster))
     slurm_cluster.replace_config(priority_weight_lines(load_cluster_policy(policy)))  # also reconfigures gres.conf
@@ -79,22 +97,26 @@ def configured(slurm_cluster: SlurmCluster, tmp_path_factory) -> Iterator[SlurmC
     try:
         yield slurm_cluster
     finally:
+        _reset(slurm_cluster)
         conf.write_text(saved[0])
         gres.write_text(saved[1])
         slurm_cluster.run("scontrol", "reconfigure")
+        for (name,) in _sacctmgr_rows(slurm_cluster, "qos", "format=Name"):
+            if name not in qos_before:
+                slurm_cluster.run("sacctmgr", "-i", "delete", "qos", name)
+        for account, fairshare, grp in accounts_before:
+            if account != "root":
+                slurm_cluster.run("sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
+                                  f"Fairshare={fairshare or 'parent'}", f"GrpTRES={grp or 'gres/gpu=-1'}")
 
 
 @pytest.fixture
-def cluster(configured: SlurmCluster, tmp_path: Path) -> SlurmCluster:
-    """Clean before each test: no jobs, partition up, node resumed, QoS and accounts as the policy says."""
-    configured.run("scancel", "--user=root")
-    _until(lambda: not configured.run("squeue", "-h").stdout.strip(), "queue empty")
-    configured.set_partition("UP")
-    if "drain" in configured.run("sinfo", "-h", "-n", "localhost", "-o", "%t").stdout:
-        configured.run("scontrol", "update", "nodename=localhost", "state=resume")
-    (configured.root / "etc" / "gres.conf").write_text(_gres_line(configured))
+def cluster(configured: SlurmCluster, tmp_path: Path) -> Iterator[SlurmCluster]:
+    """Clean before and after each test: no jobs, partition up, node resumed, QoS and accounts as the policy says."""
+    _reset(configured)
     _apply_policy_commands(configured, _write_policy(tmp_path / "policy.yaml"))
-    return configured
+    yield configured
+    _reset(configured)
 
 
 @pytest.fixture
