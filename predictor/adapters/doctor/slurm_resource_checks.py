@@ -42,6 +42,11 @@ def node_unavailable(pic: SlurmPicture, exp: Expectations) -> Iterator[Finding]:
                           f"scontrol update nodename={shlex.quote(node.name)} state=resume  # once it is healthy")
 
 
+def _types_of(exp: Expectations, name: str) -> set[str]:
+    """Every canonical type a name may mean (a family name like ``a100`` means several), else the name."""
+    return set(exp.vocabulary.matches(name)) or {name}
+
+
 def gres_type_unrequested(pic: SlurmPicture, exp: Expectations) -> Iterator[Finding]:
     """A gres GPU type none of the typed requests (history and queue) asks for, compared by canonical type;
     a pending job whose spelling matches no gres type exactly (Slurm compares type names as written)."""
@@ -62,9 +67,10 @@ def gres_type_unrequested(pic: SlurmPicture, exp: Expectations) -> Iterator[Find
                 types.setdefault(g.type, []).append(node.name)
     gres_conf = pic.gres_conf.path if pic.gres_conf else "gres.conf"
     shown = ", ".join(f"{t} ({n})" for t, n in sorted(asked.items(), key=lambda kv: -kv[1])[:6])
+    asked_types = {t for name in asked for t in _types_of(exp, name)}
     for gres_type, nodes in sorted(types.items()):
         key = vocab.canonical_or_none(gres_type) or gres_type
-        if asked.get(key):
+        if _types_of(exp, gres_type) & asked_types:
             continue
         yield Finding("slurm-gres-type-unrequested", Severity.WARNING, f"gres type {gres_type}",
                       f"{gres_type} ({key}) on {', '.join(sorted(nodes)[:5])} is asked for by none of "

@@ -111,6 +111,13 @@ def test_a_pending_job_spelling_a_gres_type_unlike_the_nodes():
     assert finding.fix == "scancel 5 and resubmit with --gres=gpu:a10:N"
 
 
+def test_a_family_name_asks_for_every_type_of_the_family():
+    nodes = (SlurmNode("gpu-01", "IDLE", ("gpu",), (GresEntry("a100", 8),)),)
+    for asked, found in (({"A100-80GB": 3}, set()), ({"A10": 3}, {"slurm-gres-type-unrequested"})):
+        expect = replace(EXPECT, history=JobHistory(requested_types=asked))
+        assert _checks(diagnose_slurm(slurm_picture(nodes=nodes), expect)) == found
+
+
 def test_autodetected_gpus_need_no_cores():
     lines = (GresConfLine(1, "AutoDetect=nvml", {"autodetect": "nvml"}), GresConfLine(2, "Name=gpu Type=a10", {
         "name": "gpu", "type": "a10"}))
