@@ -15,6 +15,8 @@ from serving.schemas.jobs import JOB_ID_PATTERN, JobCreate, JobEventCreate, JobL
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
+#: ``{job_id:path}``: an id may hold slashes (Kueue's ``namespace/name``), plain or percent-encoded.
+#: Only POST takes ``.../events`` as the events route, so ``GET /v1/jobs/ns/events`` reads job ``ns/events``.
 JobId = Annotated[str, Path(min_length=1, max_length=255, pattern=JOB_ID_PATTERN)]
 _ERRORS = {404: {"description": "no such job (or not your team's)"},
            409: {"description": "conflicts with the job's state or an earlier submission"}}
@@ -47,7 +49,7 @@ def list_jobs(service: ServiceDep, principal: PrincipalDep,
         return {"jobs": [job_doc(r) for r in s.scalars(stmt)]}
 
 
-@router.get("/{job_id}", response_model=JobPublic, summary="One tracked job", responses=_ERRORS)
+@router.get("/{job_id:path}", response_model=JobPublic, summary="One tracked job", responses=_ERRORS)
 def get_job(job_id: JobId, service: ServiceDep, principal: PrincipalDep) -> dict:
     with service.db.session() as s:
         row = s.get(JobRow, job_id)
@@ -56,19 +58,19 @@ def get_job(job_id: JobId, service: ServiceDep, principal: PrincipalDep) -> dict
         return job_doc(row)
 
 
-@router.patch("/{job_id}", response_model=JobPublic, summary="Change a pending job", responses=_ERRORS)
+@router.patch("/{job_id:path}", response_model=JobPublic, summary="Change a pending job", responses=_ERRORS)
 def update_job(job_id: JobId, body: JobUpdate, service: ServiceDep, principal: PrincipalDep) -> dict:
     """Fields given replace the submitted ones; the job is predicted and decided again."""
     return service.queue.update(job_id, body.model_dump(exclude_none=True), principal.as_actor())
 
 
-@router.delete("/{job_id}", response_model=JobPublic, summary="Withdraw a pending or running job",
+@router.delete("/{job_id:path}", response_model=JobPublic, summary="Withdraw a pending or running job",
                responses=_ERRORS)
 def delete_job(job_id: JobId, service: ServiceDep, principal: PrincipalDep) -> dict:
     return service.queue.remove(job_id, principal.as_actor())
 
 
-@router.post("/{job_id}/events", response_model=JobPublic, summary="Report what happened to a job",
+@router.post("/{job_id:path}/events", response_model=JobPublic, summary="Report what happened to a job",
              responses=_ERRORS)
 def post_event(job_id: JobId, body: JobEventCreate, service: ServiceDep, principal: PrincipalDep) -> dict:
     """``started``, ``checkpointed``, ``finished``, ``failed``, ``preempted``: updates the job, the

@@ -13,7 +13,10 @@ from serving.schemas.results import DecisionPublic, PredictionPublic
 __all__ = ["JobSpec", "JobCreate", "JobUpdate", "JobEventCreate", "JobPublic", "JobList", "EVENT_KINDS",
            "JOB_ID_PATTERN"]
 
-JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]*$"
+#: A scheduler's job id: Slurm's ``123``, ``123_4`` (array), ``123+0`` (heterogeneous), Kueue's
+#: ``namespace/name``. Segments between slashes start with a letter or digit, so no id holds an empty,
+#: ``.`` or ``..`` segment that URL normalisation would rewrite: every id round-trips through the path.
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]*(/[A-Za-z0-9][A-Za-z0-9._:@+=-]*)*$"
 EVENT_KINDS = ("started", "checkpointed", "finished", "failed", "preempted")
 
 Name = Annotated[str, Field(min_length=1, max_length=255)]
