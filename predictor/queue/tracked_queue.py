@@ -311,11 +311,25 @@ class TrackedQueue:
 
         return job_doc(self._write(actor, f"job.event.{event['kind']}", job_id, now, change))
 
-    def put_policy(self, policy: PolicyConfig, actor: Actor, now: float | None = None) -> int:
-        """Put a validated policy in force for every worker; returns its id."""
-        document = policy.model_dump(mode="json")
+    def put_policy(self, make: Callable[[PolicyConfig], PolicyConfig], actor: Actor, now: float | None = None, *,
+                   expected_id: int | None = None, check_expected: bool = False) -> int:
+        """Put ``make(policy in force)`` in force for every worker; returns its id.
+
+        ``make`` runs inside the write turn, on the policy every worker's committed changes have
+        brought in force, so concurrent changes never lose one another (its exceptions abort the turn).
+
+        Raises
+        ------
+        ConflictError
+            With ``check_expected``: the policy in force is not ``expected_id`` (another was put since).
+        """
 
         def change(s: Session, now: float, charges: list) -> tuple[Any, dict]:
+            if check_expected and self.policy_id != expected_id:
+                raise ConflictError(f"the policy in force is policy_id {self.policy_id}, not {expected_id}: another "
+                                    "was put in force since; GET it again and re-apply the change")
+            policy = make(self.engine.policy)
+            document = policy.model_dump(mode="json")
             row = PolicyRow(created_at=now, actor=actor.name, document=document)
             s.add(row)
             s.flush()

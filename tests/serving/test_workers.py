@@ -55,7 +55,7 @@ def test_two_workers_one_job_one_sequence(postgres_url: str, tmp_path: Path) -> 
             with ThreadPoolExecutor(8) as pool:  # different jobs and their events, interleaved
                 list(pool.map(lambda i: _lifecycle(api, f"job-{i}"), range(8)))
             policy = api.get("/v1/policy", headers=auth("admin")).json()["policy"]
-            assert api.put("/v1/policy", json={**policy, "name": "changed"}, headers=auth("admin")).status_code == 200
+            assert api.put("/v1/policy", json={"policy": {**policy, "name": "changed"}}, headers=auth("admin")).status_code == 200
             time.sleep(1.0)  # the other worker follows the event log
             names = {api.get("/v1/policy").json()["policy"]["name"] for _ in range(12)}
             assert names == {"changed"}
