@@ -3,35 +3,15 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import require
 from tests.serving.conftest import TOKENS, auth
 from tests.serving.live import live_server, server_env
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(180)]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
-
-
-@pytest.fixture
-def browser():
-    require(shutil.which(CHROMIUM) is not None or Path(CHROMIUM).exists(), f"Debian's chromium at {CHROMIUM}")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
 def test_live_queue_reservations_and_teams_update_over_the_websocket(browser, tmp_path: Path) -> None:
     env = server_env(f"sqlite:///{tmp_path / 'state.db'}", tmp_path, PREDICTOR_INVENTORY_FILE="")
     env.pop("PREDICTOR_INVENTORY_FILE")
