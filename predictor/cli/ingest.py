@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         inputs: Annotated[list[Path], typer.Argument(help="Job log files (gzip is detected).", show_default=False)],
         fmt: Annotated[str, typer.Option("--format", "-f", help=_FORMAT_HELP, show_default=False)],
         out: Annotated[Path, typer.Option("--out", "-o", show_default=False, help="Canonical table to write "
-                                          "(Parquet); rejects go to <stem>.rejects.parquet beside it.")],
+                                          "(Parquet; a missing folder is created); rejects go to <stem>.rejects.parquet beside it.")],
         as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
         timezone: Annotated[str | None, typer.Option(
             "--timezone", show_default=False, help="IANA zone of timestamps written without an offset "

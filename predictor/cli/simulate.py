@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from features.errors import InputError
+from features.outputs import check_output_folder, output_errors, write_atomic
 
 ORDER = 50
 _out = Console(stderr=True)
@@ -71,7 +72,7 @@ def register(app: typer.Typer) -> None:
     def simulate(
         jobs: Annotated[Path, typer.Option("--jobs", help="canonical job table (.parquet or .csv)")],
         cluster: Annotated[str, typer.Option("--cluster", help="GPU count (8-GPU nodes) or inventory file")],
-        out: Annotated[Path, typer.Option("--out", help="folder for report.json and report.html")],
+        out: Annotated[Path, typer.Option("--out", help="folder for report.json and report.html (created if missing)")],
         policy: Annotated[list[str], typer.Option("--policy", help=(
             "policy to replay (repeat): fifo, sjf-oracle, qssf, las, kueue, ours, ours-oracle, "
             "or NAME=policy.yaml"))] = None,  # noqa: B008
@@ -103,6 +104,7 @@ def register(app: typer.Typer) -> None:
             raise InputError("--starvation-hours, --fairness-window-s and --default-checkpoint-s must be positive")
         if cycle_s is not None and not cycle_s > 0:
             raise InputError(f"--cycle-s must be positive, got {cycle_s}")
+        check_output_folder(out)  # before any training or replay: a bad destination fails at once
         inventory = parse_inventory(cluster)
         frame, rejects = read_jobs(jobs)
         if len(frame) == 0:
@@ -117,11 +119,11 @@ def register(app: typer.Typer) -> None:
                                       policy_file=None if policy_file is None else str(policy_file),
                                       on_phase=lambda msg: _out.print(f"[dim]{msg}[/]"))
         run = {"jobs_file": str(jobs), "cluster": cluster, "rows_rejected_by_validation": int(len(rejects)), **run}
-        out.mkdir(parents=True, exist_ok=True)
         if len(rejects):
-            rejects.to_csv(out / "rejects.csv", index=False)
+            write_atomic(out / "rejects.csv", lambda p: rejects.to_csv(p, index=False))
             _out.print(f"{len(rejects):,} row(s) failed validation: {out / 'rejects.csv'}")
-        json_path, html_path = write_report(records, run, out, config.metrics)
+        with output_errors(out):
+            json_path, html_path = write_report(records, run, out, config.metrics)
         _print_table(json_path)
         typer.echo(f"wrote {json_path} and {html_path}")
 
