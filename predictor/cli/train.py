@@ -135,6 +135,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Move alias champion to the challenger if it is not worse on the same held-out jobs.
 
+        Exit 0 when promoted or when there is nothing to do (the alias points there already:
+        "promoted": false, "unchanged": true); 1 when the gate refuses.
+
         Example: predictor promote --from challenger --to champion
         """
         from models.registry import promote, tracking_uri
@@ -143,6 +146,9 @@ def register(app: typer.Typer) -> None:
         result = promote(source=source, target=target, force=force, reason=reason,
                          jobs=_load(jobs) if jobs is not None else None)
         typer.echo(json.dumps(result, indent=2, default=str))
+        if result.get("unchanged"):
+            Console(stderr=True).print(f"nothing to do: {result['reason']}")
+            return
         if not result["promoted"]:
             Console(stderr=True).print(f"[bold red]refused:[/] {result['reason']}")
             raise typer.Exit(1)
