@@ -34,7 +34,11 @@ async def _strict_put(request: Request) -> PolicyPut:
 
 
 async def _patch_document(request: Request) -> dict:
-    patch = json.loads(await request.body())  # FastAPI has parsed it already: valid JSON
+    try:
+        patch = json.loads(await request.body())
+    except ValueError:  # no body, or not JSON
+        raise RequestValidationError([{"loc": ("body",), "msg": "a JSON merge patch (an object) is required",
+                                       "type": "json_invalid", "input": None}]) from None
     if not isinstance(patch, dict):
         raise RequestValidationError([{"loc": ("body",), "msg": "a merge patch is a JSON object",
                                        "type": "dict_type", "input": patch}])

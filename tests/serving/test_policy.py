@@ -101,3 +101,9 @@ def test_patch_is_a_json_merge_patch_over_the_policy_in_force(client: TestClient
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "quotas", "enabled"], bad.text
     assert client.patch("/v1/policy", json={"weights": 1}, headers=auth("admin")).status_code == 422
     assert client.patch("/v1/policy", json={}, headers=auth("nlp")).status_code == 403
+
+
+@pytest.mark.parametrize("content", [b"", b"not json", b"[1, 2]"], ids=["empty", "not-json", "not-an-object"])
+def test_a_patch_that_is_not_a_json_object_is_a_422(client: TestClient, content: bytes) -> None:
+    r = client.patch("/v1/policy", content=content, headers={**auth("admin"), "Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][0] == "body", r.text
