@@ -21,12 +21,10 @@ whole run succeeded: a failed run leaves nothing half-written (an older ``out`` 
 from __future__ import annotations
 
 import functools
-import gzip
 import math
 import shutil
 import time
 import uuid
-import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -42,7 +40,7 @@ from features.outputs import check_output_file, output_errors
 from features.parquet_sink import ParquetSink
 from features.schema import COLUMNS, conform, empty_jobs, validate
 from features.sources import READER_REJECT, InputTracker, get_reader, sniff_format
-from features.sources._base import printable_excerpt
+from features.sources._base import printable_excerpt, refuse_binary
 from features.sources.canonical_csv import CanonicalCsvReader
 
 __all__ = ["IngestSummary", "ingest", "load_jobs", "rejects_path"]
@@ -143,7 +141,7 @@ def ingest(
     if format == "auto":
         format = sniff_format(paths[0])
     for path in paths:
-        _refuse_binary(path, format)
+        refuse_binary(path, format)
     tracker = InputTracker()
     reader = get_reader(format, timezone=timezone, tracker=tracker)
     log_end = log_end_ts if log_end_ts is not None else reader.log_end_hint(paths)
@@ -202,28 +200,6 @@ def load_jobs(path: Path) -> pd.DataFrame:
             raise InputError(f"{path}: row {row + 1}: {frame.loc[row, READER_REJECT]}")
         frame = frame.drop(columns=READER_REJECT)
     return conform(frame)
-
-
-#: Every format is text (or, for ``csv``, Parquet): a NUL byte near the start means another kind of file.
-_PEEK_BYTES = 64 * 1024
-
-
-def _refuse_binary(path: Path, format: str) -> None:
-    """Raise when ``path`` (gzip-compressed or not) holds binary data: the readers would otherwise
-    quote garbage back, or the CSV parser trip over undecodable bytes."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(_PEEK_BYTES)
-        if head[:2] == b"\x1f\x8b":
-            with gzip.open(path, "rb") as gz:
-                head = gz.read(_PEEK_BYTES)
-    except (OSError, EOFError, zlib.error):
-        return  # unreadable or corrupt: the reader says so in its own words
-    if head.startswith(b"PAR1"):
-        return  # a Parquet table (the csv reader reads those)
-    nul = head.find(b"\x00")
-    if nul >= 0:
-        raise InputError(f"{path}: binary data (a NUL byte at offset {nul:,}), not a {format} log")
 
 
 def _no_row_parsed(state: _RunState, format: str, paths: Sequence[Path]) -> None:

@@ -165,6 +165,28 @@ class Reader(abc.ABC):
 # ---------------------------------------------------------------------------------------------
 
 
+#: Every format is text (or, for ``csv``, Parquet): a NUL byte near the start means another kind of file.
+_PEEK_BYTES = 64 * 1024
+
+
+def refuse_binary(path: Path, format: str) -> None:
+    """Raise when ``path`` (gzip-compressed or not) holds binary data: the readers would otherwise
+    quote garbage back, or the CSV parser trip over undecodable bytes."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_PEEK_BYTES)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as gz:
+                head = gz.read(_PEEK_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return  # unreadable or corrupt: the reader says so in its own words
+    if head.startswith(b"PAR1"):
+        return  # a Parquet table (the csv reader reads those)
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        raise InputError(f"{path}: binary data (a NUL byte at offset {nul:,}), not a {format} log")
+
+
 def printable_excerpt(text: str, limit: int) -> str:
     """``text`` for an error message: control and other unprintable characters escaped (``\\x00``),
     cut to about ``limit`` characters (a binary file never floods the terminal)."""
