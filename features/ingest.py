@@ -36,9 +36,11 @@ import numpy as np
 import pandas as pd
 
 from features.errors import InputError
+from features.outputs import check_output_file, output_errors
 from features.parquet_sink import ParquetSink
 from features.schema import COLUMNS, conform, empty_jobs, validate
 from features.sources import READER_REJECT, InputTracker, get_reader, sniff_format
+from features.sources._base import printable_excerpt, refuse_binary
 from features.sources.canonical_csv import CanonicalCsvReader
 
 __all__ = ["IngestSummary", "ingest", "load_jobs", "rejects_path"]
@@ -135,12 +137,11 @@ def ingest(
             ZoneInfo(timezone)
         except (ZoneInfoNotFoundError, ValueError):
             raise InputError(f"unknown timezone {timezone!r} (use an IANA name such as UTC or Europe/Berlin)") from None
+    out = check_output_file(Path(out))  # before any reading: a bad destination fails at once
     if format == "auto":
         format = sniff_format(paths[0])
-    out = Path(out)
-    if out.exists() and out.is_dir():
-        raise InputError(f"--out is a directory: {out}")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        refuse_binary(path, format)
     tracker = InputTracker()
     reader = get_reader(format, timezone=timezone, tracker=tracker)
     log_end = log_end_ts if log_end_ts is not None else reader.log_end_hint(paths)
@@ -148,23 +149,28 @@ def ingest(
     summary = IngestSummary(format=format, inputs=[str(p) for p in paths], output=str(out),
                             rejects_output=str(rejects_path(out)), input_bytes=total_bytes)
     tmp = out.parent / f".{out.name}.{uuid.uuid4().hex[:8]}.tmp"
-    tmp.mkdir()
+    with output_errors(out):
+        tmp.mkdir()
     try:
         state = _RunState(log_end)
-        jobs_sink = ParquetSink(tmp / "jobs", _empty_template(False).copy())
-        rejects_sink = ParquetSink(tmp / "rejects", _empty_rejects())
+        with output_errors(out):
+            jobs_sink = ParquetSink(tmp / "jobs", _empty_template(False).copy())
+            rejects_sink = ParquetSink(tmp / "rejects", _empty_rejects())
         with _progress_bar(progress and total_bytes >= PROGRESS_MIN_BYTES, total_bytes, format) as advance:
             for chunk in reader.read(paths, chunk_rows):
                 if len(chunk):
                     kept, rejected = state.process(chunk)
-                    jobs_sink.write(kept)
-                    rejects_sink.write(rejected)
+                    with output_errors(out):
+                        jobs_sink.write(kept)
+                        rejects_sink.write(rejected)
                 advance(tracker.bytes_done())
-        jobs_sink.write(state.finish())
-        rejects_sink.finish(tmp / "rejects.parquet")
-        jobs_sink.finish(tmp / "jobs.parquet")
-        (tmp / "rejects.parquet").replace(rejects_path(out))
-        (tmp / "jobs.parquet").replace(out)
+        _no_row_parsed(state, format, paths)
+        with output_errors(out):
+            jobs_sink.write(state.finish())
+            rejects_sink.finish(tmp / "rejects.parquet")
+            jobs_sink.finish(tmp / "jobs.parquet")
+            (tmp / "rejects.parquet").replace(rejects_path(out))
+            (tmp / "jobs.parquet").replace(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     state.fill(summary)
@@ -196,6 +202,17 @@ def load_jobs(path: Path) -> pd.DataFrame:
     return conform(frame)
 
 
+def _no_row_parsed(state: _RunState, format: str, paths: Sequence[Path]) -> None:
+    """Raise when not one row of the input parsed in ``format`` (a file of another kind: binary, or
+    another format): an empty table would be written and reported as a success otherwise."""
+    if state.read == 0 or state.unparsed < state.read:
+        return
+    names = ", ".join(str(p) for p in paths[:3]) + (", ..." if len(paths) > 3 else "")
+    first = printable_excerpt(state.first_unparsed or "", 120)
+    raise InputError(f"{names}: no row parses as {format} ({state.read:,} rejected; the first: {first}); "
+                     f"is it a {format} file?")
+
+
 class _RunState:
     """Everything that spans chunks: seen ids, held-back censored rows, summary counters."""
 
@@ -203,7 +220,8 @@ class _RunState:
         self.log_end = log_end
         self.seen = _SeenIds()
         self.held: list[pd.DataFrame] = []
-        self.read = self.kept = self.censored = self.gpu_jobs = 0
+        self.read = self.kept = self.censored = self.gpu_jobs = self.unparsed = 0
+        self.first_unparsed: str | None = None
         self.reasons: Counter[str] = Counter()
         self.gpu_types: Counter[str] = Counter()
         self.users: set[str] = set()
@@ -219,6 +237,8 @@ class _RunState:
         rejects = []
         if pre is not None and pre.notna().any():
             bad = pre.notna().to_numpy()
+            self.unparsed += int(bad.sum())
+            self.first_unparsed = self.first_unparsed or str(pre[bad].iloc[0])
             early = conform(chunk.loc[bad])
             early["reject_reason"] = pre[bad].to_numpy()
             rejects.append(early)

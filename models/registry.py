@@ -237,8 +237,8 @@ def promote(*, name: str = MODEL_NAME, source: str = "challenger", target: str =
             force: bool = False, reason: str | None = None, jobs: pd.DataFrame | None = None) -> dict:
     """Move alias ``target`` to the version ``source`` points at, if it is not worse (see the module doc).
 
-    Returns a dict with ``promoted`` (bool), ``version``, ``previous``, ``reason`` and both versions'
-    metrics. Raises InputError when ``source`` does not exist or ``force`` lacks a reason.
+    Returns a dict with ``promoted`` (bool: the alias moved), ``unchanged`` (bool: it pointed at
+    ``version`` already, nothing to do), ``version``, ``previous``, ``reason`` and both versions' metrics. Raises InputError when ``source`` does not exist or ``force`` lacks a reason.
     """
     client = MlflowClient()
     version = alias_version(name, source)
@@ -247,9 +247,9 @@ def promote(*, name: str = MODEL_NAME, source: str = "challenger", target: str =
     if force and not reason:
         raise InputError("--force needs --reason TEXT (recorded on the model version)")
     previous = alias_version(name, target)
-    result: dict = {"version": version, "previous": previous, "promoted": False}
-    if previous == version:
-        result.update(promoted=True, reason=f"{name}/{version} already has alias {target}")
+    result: dict = {"version": version, "previous": previous, "promoted": False, "unchanged": False}
+    if previous == version:  # nothing to do: not a promotion, not a refusal either
+        result.update(unchanged=True, reason=f"{name}/{version} already has alias {target}")
         return result
     failure = None
     if previous is not None:

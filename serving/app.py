@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from serving.errors import install_error_handlers
 from serving.middleware import ObservabilityMiddleware
@@ -50,8 +51,10 @@ def create_app(settings: Settings | None = None, *, service: Service | None = No
         finally:
             await svc.stop()
 
-    app = FastAPI(title="GPU job predictor", version="1", description=API_DESCRIPTION, lifespan=lifespan,
-                  max_body_size=settings.max_body_bytes)
+    # /docs (Swagger UI) loads its scripts from the package, not a CDN: it works offline. No /redoc:
+    # ReDoc's page always fetches its maker's logo from the internet.
+    app = FastAPIOffline(title="GPU job predictor", version="1", description=API_DESCRIPTION, lifespan=lifespan,
+                         max_body_size=settings.max_body_bytes, redoc_url=None)
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -16,15 +16,21 @@ accepts only a subprotocol it offered, and the token is never echoed back).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
+from features.errors import InputError
 from predictor.store import Actor
-from serving.settings import TokenSpec, token_digest
+from serving.settings import Settings, TokenSpec, load_tokens, token_digest
 
 __all__ = ["Principal", "TokenRegistry", "WS_SUBPROTOCOL_PREFIX"]
 
 WS_SUBPROTOCOL_PREFIX = "bearer."
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,19 +54,63 @@ class Principal:
 
 
 class TokenRegistry:
-    """Maps bearer tokens (by digest) to principals."""
+    """Maps bearer tokens (by digest) to principals.
 
-    def __init__(self, specs: Iterable[TokenSpec]) -> None:
-        self._by_digest = {s.digest: Principal(s.name, s.role, s.team) for s in specs}
+    With ``watch`` (the tokens file), every lookup first compares the file's identity (inode, size,
+    modification time: one ``stat``) with the one last read, and re-reads it when it changed, so a
+    token rotated or removed in the file is refused at once by every worker. A file that no longer
+    reads (malformed, removed) fails closed: its tokens are refused until it is fixed, the inline ones
+    (``PREDICTOR_TOKENS``) still work, and the problem is logged.
+    """
+
+    def __init__(self, specs: Iterable[TokenSpec], *, watch: Path | None = None,
+                 reload: Callable[[], list[TokenSpec]] | None = None,
+                 fallback: Iterable[TokenSpec] = ()) -> None:
+        self._by_digest = self._index(specs)
+        self._watch, self._reload, self._fallback = watch, reload, tuple(fallback)
+        self._seen = self._identity() if watch is not None else None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TokenRegistry:
+        """The tokens of ``settings``, following its tokens file as it changes."""
+        return cls(load_tokens(settings), watch=settings.tokens_file, reload=lambda: load_tokens(settings),
+                   fallback=settings.tokens)
+
+    @staticmethod
+    def _index(specs: Iterable[TokenSpec]) -> dict[str, Principal]:
+        return {s.digest: Principal(s.name, s.role, s.team) for s in specs}
+
+    def _identity(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self._watch)  # type: ignore[arg-type]
+        except OSError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns
+
+    def _current(self) -> dict[str, Principal]:
+        if self._watch is None or self._reload is None:
+            return self._by_digest
+        seen = self._identity()
+        if seen != self._seen:
+            with self._lock:
+                if seen != self._seen:
+                    try:
+                        self._by_digest = self._index(self._reload())
+                    except InputError as exc:
+                        log.error("tokens file changed and no longer reads; refusing its tokens: %s", exc)
+                        self._by_digest = self._index(self._fallback)
+                    self._seen = seen
+        return self._by_digest
 
     def __len__(self) -> int:
-        return len(self._by_digest)
+        return len(self._current())
 
     def authenticate(self, token: str | None) -> Principal | None:
         """The principal holding ``token``, or None when it is missing or unknown."""
         if not token:
             return None
-        return self._by_digest.get(token_digest(token))
+        return self._current().get(token_digest(token))
 
     def from_authorization(self, header: str | None) -> Principal | None:
         """Authenticate an ``Authorization: Bearer <token>`` header value."""

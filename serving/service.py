@@ -20,7 +20,7 @@ from predictor.store.jobs import status_counts
 from serving.auth import TokenRegistry
 from serving.metrics import OutboxBacklog, ServiceMetrics
 from serving.schemas.results import ModelStatusPublic
-from serving.settings import Settings, load_tokens
+from serving.settings import Settings
 from serving.stream import StreamHub
 
 __all__ = ["Service", "build_service"]
@@ -133,7 +133,7 @@ def build_service(settings: Settings, *, model: ModelSlot | None = None) -> Serv
     InputError
         No API token is configured, or a setting, the policy or the inventory is invalid.
     """
-    tokens = TokenRegistry(load_tokens(settings))
+    tokens = TokenRegistry.from_settings(settings)
     if len(tokens) == 0:
         raise InputError("no API tokens configured: set PREDICTOR_TOKENS_FILE (or PREDICTOR_TOKENS); "
                          "see docs/serving.md (Tokens and roles) for the format")

@@ -43,7 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from features.errors import InputError
 from predictor.engine.wiring import EngineSettings, settings_from_env
 
-__all__ = ["Role", "ROLES", "TokenSpec", "Settings", "get_settings", "load_tokens", "token_digest"]
+__all__ = ["Role", "ROLES", "TokenSpec", "Settings", "get_settings", "load_tokens", "load_tokens_file", "check_unique",
+           "token_digest"]
 
 Role = Literal["scheduler", "member", "admin"]
 ROLES: tuple[str, ...] = ("scheduler", "member", "admin")
@@ -107,30 +108,38 @@ class Settings(EngineSettings):
         return int(self.bind.rsplit(":", 1)[1])
 
 
-def load_tokens(settings: Settings) -> list[TokenSpec]:
-    """All tokens: the file's (``PREDICTOR_TOKENS_FILE``) followed by the inline ones.
+def load_tokens_file(path: Path) -> list[TokenSpec]:
+    """The entries of a tokens file (format in the module docstring).
 
     Raises
     ------
     InputError
-        The file is missing or malformed, or two entries share a token or a name.
+        The file is missing or malformed; the message names the file and the entry.
     """
-    specs: list[TokenSpec] = []
-    if settings.tokens_file is not None:
-        path = settings.tokens_file
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(f"PREDICTOR_TOKENS_FILE: {path} does not exist") from None
-        except yaml.YAMLError as exc:
-            raise InputError(f"{path}: not valid YAML/JSON ({exc})") from None
-        try:
-            specs.extend(_TokenFile.model_validate(raw).tokens)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise InputError(f"{path}: {where}: {first['msg']}") from None
-    specs.extend(settings.tokens)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"tokens file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"tokens file {path}: cannot be read ({exc})") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML/JSON ({exc})") from None
+    try:
+        return list(_TokenFile.model_validate(raw).tokens)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InputError(f"{path}: {where}: {first['msg']}") from None
+
+
+def check_unique(specs: list[TokenSpec]) -> list[TokenSpec]:
+    """``specs``, checked: no token and no name given twice.
+
+    Raises
+    ------
+    InputError
+        Two entries share a token or a name.
+    """
     seen_digest: set[str] = set()
     seen_name: set[str] = set()
     for spec in specs:
@@ -141,6 +150,23 @@ def load_tokens(settings: Settings) -> list[TokenSpec]:
         seen_digest.add(spec.digest)
         seen_name.add(spec.name)
     return specs
+
+
+def load_tokens(settings: Settings) -> list[TokenSpec]:
+    """All tokens: the file's (``PREDICTOR_TOKENS_FILE``) followed by the inline ones.
+
+    Raises
+    ------
+    InputError
+        The file is missing or malformed, or two entries share a token or a name.
+    """
+    specs: list[TokenSpec] = []
+    if settings.tokens_file is not None:
+        if not settings.tokens_file.exists():
+            raise InputError(f"PREDICTOR_TOKENS_FILE: {settings.tokens_file} does not exist")
+        specs.extend(load_tokens_file(settings.tokens_file))
+    specs.extend(settings.tokens)
+    return check_unique(specs)
 
 
 @lru_cache(maxsize=1)

@@ -66,7 +66,7 @@ class InputTracker:
             else:
                 yield raw
         except (OSError, EOFError, zlib.error, pa.ArrowException) as exc:
-            raise InputError(f"cannot read {path}: {exc}") from exc
+            raise InputError(f"cannot read {path}: {printable_excerpt(str(exc), 200)}") from exc
         finally:
             self._open.remove(raw)
             self._done += os.fstat(raw.fileno()).st_size
@@ -165,12 +165,49 @@ class Reader(abc.ABC):
 # ---------------------------------------------------------------------------------------------
 
 
+#: Every format is text (or, for ``csv``, Parquet): a NUL byte near the start means another kind of file.
+_PEEK_BYTES = 64 * 1024
+
+
+def refuse_binary(path: Path, format: str) -> None:
+    """Raise when ``path`` (gzip-compressed or not) holds binary data: the readers would otherwise
+    quote garbage back, or the CSV parser trip over undecodable bytes."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_PEEK_BYTES)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as gz:
+                head = gz.read(_PEEK_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return  # unreadable or corrupt: the reader says so in its own words
+    if head.startswith(b"PAR1"):
+        return  # a Parquet table (the csv reader reads those)
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        raise InputError(f"{path}: binary data (a NUL byte at offset {nul:,}), not a {format} log")
+
+
+def printable_excerpt(text: str, limit: int) -> str:
+    """``text`` for an error message: control and other unprintable characters escaped (``\\x00``),
+    cut to about ``limit`` characters (a binary file never floods the terminal)."""
+    out: list[str] = []
+    size = 0
+    for ch in text:
+        piece = ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+        if size + len(piece) > limit:
+            out.append("...")
+            break
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)
+
+
 def require_columns(path: Path, fmt: str, found: Sequence[str], required: Sequence[str]) -> None:
     """Raise :class:`InputError` naming the missing columns when ``found`` lacks any of ``required``."""
     have = set(found)
     missing = [c for c in required if c not in have]
     if missing:
-        shown = ", ".join(list(found)[:12]) + (", ..." if len(found) > 12 else "")
+        shown = printable_excerpt(", ".join(list(found)[:12]) + (", ..." if len(found) > 12 else ""), 100)
         raise InputError(
             f"{path}: not in {fmt!r} format: missing column(s) {', '.join(missing)} "
             f"(found: {shown or 'nothing'})"

@@ -35,7 +35,10 @@ def upgrade_cmd(
 
 @db_app.command("current")
 def current_cmd() -> None:
-    """Print the revision the database is at, and the newest one shipped."""
+    """Print the revision the database is at, and the newest one shipped.
+
+    Example: PREDICTOR_DATABASE_URL=postgresql://postgres@db/predictor predictor db current
+    """
     from predictor.store import Database
     from predictor.store.migrate import current_revision, head_revision
 

@@ -7,8 +7,10 @@ Steps (each is the real command a user would run, called in-process):
 3. ``train``     fit and evaluate the predictors, log to the local MLflow store, register a version;
 4. ``promote``   move alias ``champion`` to it when it passes the gate;
 5. ``simulate``  replay the later part of the history under several policies -> report.html;
-6. ``serve``     the real API server (uvicorn) over the champion model: 40 pending jobs submitted through
-                  ``POST /v1/jobs`` and the head of the live queue printed; ``--keep-serving`` leaves it up.
+6. ``serve``     the real API server (uvicorn) over the champion model and the demo policy (each team's
+                  fair-share entitlement in proportion to its past use): 60 recent runs reported as job
+                  events (the teams' usage; some still hold GPUs), 40 pending jobs submitted through
+                  ``POST /v1/jobs``, and the head of the live queue printed; ``--keep-serving`` leaves it up.
 
 Everything lands in ``--workdir``: SQLite state store, MLflow tracking database and artifacts, reports.
 """
@@ -32,6 +34,7 @@ ORDER = 5
 DATA = Path(__file__).resolve().parents[2] / "data"
 BUNDLED_SACCT = DATA / "samples" / "eagle" / "sample_eagle_data.csv"
 DEMO_INVENTORY = DATA / "inventory" / "example-cluster.yaml"
+DEMO_POLICY = "demo-policy.yaml"
 _console = Console(stderr=True)
 
 
@@ -85,16 +88,19 @@ def _admin_token(tokens_file: Path) -> str:
     return next(t["token"] for t in yaml.safe_load(tokens_file.read_text())["tokens"] if t["role"] == "admin")
 
 
+#: What the demo tells the service about a job (no gpu_type: it sizes each job onto a flavor from its
+#: predicted peak memory).
+_JOB_FIELDS = ("job_id", "user", "team", "queue", "tier", "num_gpus", "time_limit_s", "deadline_ts", "job_name",
+               "model_params", "precision", "optimizer", "finetune_method", "batch_size", "seq_len")
+
+
 def _submit_pending_jobs(base_url: str, token: str, jobs_file: Path, count: int) -> int:
     """Submit the last ``count`` jobs of the history to the live queue, as a scheduler's webhook would."""
     import httpx
     import pandas as pd
 
     jobs = pd.read_parquet(jobs_file).sort_values("submit_ts").tail(count)
-    # no gpu_type: the service sizes each job onto a flavor from its predicted peak memory
-    fields = ["job_id", "user", "team", "queue", "tier", "num_gpus", "time_limit_s", "deadline_ts",
-              "job_name", "model_params", "precision", "optimizer", "finetune_method", "batch_size", "seq_len"]
-    fields = [f for f in fields if f in jobs.columns]
+    fields = [f for f in _JOB_FIELDS if f in jobs.columns]
     now = time.time()
     sent = 0
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
@@ -109,6 +115,65 @@ def _submit_pending_jobs(base_url: str, token: str, jobs_file: Path, count: int)
                 raise InputError(f"demo: POST /v1/jobs answered {resp.status_code}: {resp.text[:300]}")
             sent += 1
     return sent
+
+
+def write_demo_policy(jobs_file: Path, path: Path) -> dict[str, float]:
+    """A policy file giving each team of the history a fair-share entitlement in proportion to the
+    GPU-hours it used (the largest 4, in steps of 0.5, at least 0.5); the other settings are the
+    shipped defaults. Returns the shares.
+
+    The shipped default policy lists no team, so every team would have the same default share: the
+    demo's fair-share panel and replay would show nothing to be fair about.
+    """
+    import pandas as pd
+    import yaml
+
+    jobs = pd.read_parquet(jobs_file, columns=["team", "num_gpus", "duration_s"]).dropna()
+    used = (jobs["num_gpus"] * jobs["duration_s"]).groupby(jobs["team"].astype(str)).sum()
+    top = float(used.max()) if len(used) and used.max() > 0 else 1.0
+    shares = {team: max(0.5, round(8 * float(v) / top) / 2) for team, v in used.sort_index().items()}
+    doc = {"name": "demo", "description": "shipped defaults plus one fair-share entitlement per team of the "
+                                           "demo's history, in proportion to the GPU-hours it used",
+           "teams": {team: {"share": share} for team, share in shares.items()}}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return shares
+
+
+def _report_recent_runs(base_url: str, token: str, jobs_file: Path, count: int, before: int) -> tuple[int, int]:
+    """Tell the service about the ``count`` runs that started just before the last ``before`` jobs of the
+    history, moved in time so the latest start is a few minutes ago: each is submitted, started and (if
+    its run would be over by now) finished through the API, as a scheduler's webhook reports them, so
+    the fair-share ledger holds real usage and some jobs hold GPUs. Returns (finished, running)."""
+    import httpx
+    import pandas as pd
+
+    jobs = pd.read_parquet(jobs_file).sort_values("submit_ts")
+    ran = jobs.iloc[:-before] if before else jobs
+    ran = ran[ran["start_ts"].notna() & ran["duration_s"].notna() & (ran["num_gpus"] >= 1)].tail(count)
+    if ran.empty:
+        return 0, 0
+    now = time.time()
+    shift = now - 300.0 - float(ran["start_ts"].max())
+    events: list[tuple[float, int, str, dict]] = []
+    for order, row in enumerate(ran.to_dict("records")):
+        job_id = f"demo-ran-{row['job_id']}"
+        submit, start = float(row["submit_ts"]) + shift, float(row["start_ts"]) + shift
+        end = start + float(row["duration_s"])
+        body = {"job_id": job_id, "submit_ts": submit, "num_gpus": max(1, int(row["num_gpus"]))}
+        body.update({k: row[k] for k in _JOB_FIELDS if k in row and k not in ("job_id", "num_gpus", "deadline_ts")
+                     and not pd.isna(row[k])})
+        events.append((submit, order, "/v1/jobs", body))
+        events.append((start, order, f"/v1/jobs/{job_id}/events", {"kind": "started", "ts": start}))
+        if end < now:
+            events.append((end, order, f"/v1/jobs/{job_id}/events", {"kind": "finished", "ts": end}))
+    finished = 0
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+        for _, _, path, body in sorted(events, key=lambda e: (e[0], e[1])):
+            resp = client.post(path, json=body)
+            if resp.status_code not in (200, 201):
+                raise InputError(f"demo: POST {path} answered {resp.status_code}: {resp.text[:300]}")
+            finished += body.get("kind") == "finished"
+    return finished, len(ran) - finished
 
 
 def _show_queue(base_url: str, token: str, rows: int = 12) -> None:
@@ -178,8 +243,12 @@ def register(app: typer.Typer) -> None:
         _step("3. train, evaluate against baselines, log to MLflow and register",
               ["train", "--jobs", "jobs.parquet", "--register", "--no-progress"])
         _step("4. promote the challenger to champion", ["promote"])
+        shares = write_demo_policy(workdir / "jobs.parquet", workdir / DEMO_POLICY)
+        _console.print(f"fair-share entitlements per team ({DEMO_POLICY}): "
+                       + ", ".join(f"{team} {share:g}" for team, share in shares.items()))
         _step("5. replay the later part of the history under several policies",
-              ["simulate", "--jobs", "jobs.parquet", "--cluster", str(cluster_gpus), "--policy", "fifo",
+              ["simulate", "--jobs", "jobs.parquet", "--cluster", str(cluster_gpus), "--policy-file", DEMO_POLICY,
+               "--policy", "fifo",
                "--policy", "qssf", "--policy", "kueue", "--policy", "ours", "--policy", "sjf-oracle",
                "--out", "replay", "--no-progress"])
         _console.print(Rule("[bold]results[/]"))
@@ -201,7 +270,9 @@ def _serve_and_score(workdir: Path, bind: str, keep_serving: bool) -> None:
     env = dict(os.environ)
     # a mixed cluster (DGX A100, PCIe L40S and A10 nodes), so the flavor follows predicted memory
     env.setdefault("PREDICTOR_INVENTORY_FILE", str(DEMO_INVENTORY))
+    env.setdefault("PREDICTOR_POLICY_FILE", str(workdir / DEMO_POLICY))  # the teams and their shares
     _console.print(f"[dim]$ PREDICTOR_INVENTORY_FILE={env['PREDICTOR_INVENTORY_FILE']} "
+                   f"PREDICTOR_POLICY_FILE={env['PREDICTOR_POLICY_FILE']} "
                    f"predictor serve --bind {bind} --workers 1 --log-level warning[/]")
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=workdir, env=env)
@@ -210,6 +281,9 @@ def _serve_and_score(workdir: Path, bind: str, keep_serving: bool) -> None:
         _wait_healthy(base, proc)
         token = _admin_token(tokens)
         _wait_model_loaded(base, token)
+        finished, running = _report_recent_runs(base, token, workdir / "jobs.parquet", 60, before=40)
+        _console.print(f"reported {finished + running} recent runs to {base}/v1/jobs/<id>/events "
+                       f"({finished} finished, {running} still running): the teams' fair-share usage")
         sent = _submit_pending_jobs(base, token, workdir / "jobs.parquet", 40)
         _console.print(f"submitted {sent} pending jobs to {base}/v1/jobs")
         _show_queue(base, token)

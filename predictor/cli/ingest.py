@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
     @app.command("ingest", epilog=_EPILOG)
     def ingest_cmd(
         out: Annotated[Path, typer.Option("--out", "-o", show_default=False, help="Canonical table to write "
-                                          "(Parquet); rejects go to <stem>.rejects.parquet beside it.")],
+                                          "(Parquet; a missing folder is created); rejects go to <stem>.rejects.parquet beside it.")],
         inputs: Annotated[list[Path] | None, typer.Argument(help="Job log files (gzip is detected).",
                                                             show_default=False)] = None,
         fmt: Annotated[str | None, typer.Option("--format", "-f", help=_FORMAT_HELP, show_default=False)] = None,

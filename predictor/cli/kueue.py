@@ -96,7 +96,10 @@ def register(app: typer.Typer) -> None:
         flavor_label: FlavorLabelOpt = "predictor/gpu-type",
         crds: Annotated[Path | None, typer.Option("--crds", help="Folder of Kueue CRD YAMLs to validate against.")] = None,
     ) -> None:
-        """Write WorkloadPriorityClasses, Topology, ResourceFlavors, ClusterQueues and LocalQueues as YAML."""
+        """Write WorkloadPriorityClasses, Topology, ResourceFlavors, ClusterQueues and LocalQueues as YAML.
+
+        Example: predictor kueue manifests --inventory data/inventory/example-cluster.yaml --policy policy.yaml --out kueue/
+        """
         objs, naming, inv = _build(policy, inventory, api_version, cohort, flavor_label)
         if crds is not None:
             schemas = CrdSchemas.from_folder(crds)
@@ -123,7 +126,10 @@ def register(app: typer.Typer) -> None:
         allow_example: Annotated[bool, typer.Option("--allow-example-inventory", help=(
             "Apply even though --inventory is the shipped example cluster (a test cluster only)."))] = False,
     ) -> None:
-        """Create or update the same objects through the Kubernetes API (idempotent)."""
+        """Create or update the same objects through the Kubernetes API (idempotent).
+
+        Example: predictor kueue apply --inventory data/inventory/example-cluster.yaml --policy policy.yaml --dry-run
+        """
         from predictor.adapters.kueue.adapter import KueueAdapter
 
         if is_example_inventory(inventory) and not allow_example:

@@ -166,7 +166,10 @@ def register(app: typer.Typer) -> None:
         policy_file: Annotated[Path | None, typer.Option(
             "--policy", help="With --isolation: policy file whose tiers are planned (default: the shipped policy).")] = None,
     ) -> None:
-        """Discover GPUs, NVLink/PCIe topology, NUMA and CPU affinity, MIG; print the topology matrix."""
+        """Discover GPUs, NVLink/PCIe topology, NUMA and CPU affinity, MIG; print the topology matrix.
+
+        Example: predictor node-info --from data/topologies/dgx-a100.yaml --pinning --node-name dgx-01
+        """
         given = {"--housekeeping-cores": housekeeping_cores, "--housekeeping-cpus": housekeeping_cpus,
                  "--isolcpus-flags": isolcpus_flags, "--isolated-tier": isolated_tier, "--policy": policy_file}
         stray = [name for name, value in given.items() if value is not None]

@@ -99,7 +99,10 @@ def register(app: typer.Typer) -> None:
 
     @group.command("presets")
     def presets_cmd() -> None:
-        """List the named presets (comparison policies for replays)."""
+        """List the named presets (comparison policies for replays).
+
+        Example: predictor policy presets
+        """
         from predictor.policy.presets import preset_names
 
         for name in preset_names():

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from features.errors import InputError
+from features.outputs import check_output_folder, output_errors, write_atomic
 
 ORDER = 50
 _out = Console(stderr=True)
@@ -71,7 +72,7 @@ def register(app: typer.Typer) -> None:
     def simulate(
         jobs: Annotated[Path, typer.Option("--jobs", help="canonical job table (.parquet or .csv)")],
         cluster: Annotated[str, typer.Option("--cluster", help="GPU count (8-GPU nodes) or inventory file")],
-        out: Annotated[Path, typer.Option("--out", help="folder for report.json and report.html")],
+        out: Annotated[Path, typer.Option("--out", help="folder for report.json and report.html (created if missing)")],
         policy: Annotated[list[str], typer.Option("--policy", help=(
             "policy to replay (repeat): fifo, sjf-oracle, qssf, las, kueue, ours, ours-oracle, "
             "or NAME=policy.yaml"))] = None,  # noqa: B008
@@ -103,7 +104,10 @@ def register(app: typer.Typer) -> None:
             raise InputError("--starvation-hours, --fairness-window-s and --default-checkpoint-s must be positive")
         if cycle_s is not None and not cycle_s > 0:
             raise InputError(f"--cycle-s must be positive, got {cycle_s}")
+        # every input is checked before any training or replay: a bad one fails at once
+        check_output_folder(out)
         inventory = parse_inventory(cluster)
+        check_policies(names, policy_file)
         frame, rejects = read_jobs(jobs)
         if len(frame) == 0:
             raise InputError(f"{jobs}: every row was rejected ({rejects['reject_reason'].value_counts().to_dict()})")
@@ -117,13 +121,79 @@ def register(app: typer.Typer) -> None:
                                       policy_file=None if policy_file is None else str(policy_file),
                                       on_phase=lambda msg: _out.print(f"[dim]{msg}[/]"))
         run = {"jobs_file": str(jobs), "cluster": cluster, "rows_rejected_by_validation": int(len(rejects)), **run}
-        out.mkdir(parents=True, exist_ok=True)
         if len(rejects):
-            rejects.to_csv(out / "rejects.csv", index=False)
+            write_atomic(out / "rejects.csv", lambda p: rejects.to_csv(p, index=False))
             _out.print(f"{len(rejects):,} row(s) failed validation: {out / 'rejects.csv'}")
-        json_path, html_path = write_report(records, run, out, config.metrics)
+        with output_errors(out):
+            json_path, html_path = write_report(records, run, out, config.metrics)
+        _print_skipped(run)
         _print_table(json_path)
         typer.echo(f"wrote {json_path} and {html_path}")
+
+
+def check_policies(names: list[str], policy_file: Path | None) -> None:
+    """Load every policy the replay will run (presets over ``policy_file``, and ``NAME=file`` ones),
+    so a bad file or name is refused before any training or replay.
+
+    Raises
+    ------
+    InputError
+        An unknown policy name, or a policy file that is missing or invalid (named, with the field).
+    """
+    from predictor.policy.presets import load_policy as load_base
+    from predictor.sim.experiment import POLICIES
+    from predictor.sim.rules import load_policy
+
+    base = None if policy_file is None else str(policy_file)
+    if base is not None:
+        load_base(base)
+    for name in names:
+        label, sep, path = name.partition("=")
+        if sep:
+            if not label or not path:
+                raise InputError(f"--policy {name!r}: write NAME=policy.yaml")
+            load_policy(path)
+        elif name in POLICIES:
+            load_policy(POLICIES[name].preset, base_file=base)
+        else:
+            raise InputError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)} (or NAME=policy.yaml)")
+
+
+def _print_skipped(run: dict) -> None:
+    skipped = run.get("jobs_skipped") or {}
+    total = sum(skipped.values())
+    replayed = run.get("jobs_replayed", 0)
+    line = f"replayed {replayed:,} job{'s' if replayed != 1 else ''} of {run.get('jobs_in_input', 0):,} rows"
+    if run.get("training_prefix_jobs"):
+        line += f" ({run['training_prefix_jobs']:,} before the replay window, for training)"
+    if total:
+        reasons = ", ".join(f"{n:,} {why}" for why, n in skipped.items())
+        line += f"; skipped {total:,} row{'s' if total != 1 else ''}: {reasons}"
+    _out.print(line, highlight=False)
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as one short figure with its unit: ``42 s``, ``3.5 min``, ``7.2 h``, ``12.0 d``."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+#: report.json metric -> (column header, formatter): one format per column.
+_COLUMNS = {
+    "avg_jct_s": ("avg JCT", duration_text),
+    "p95_jct_s": ("p95 JCT", duration_text),
+    "avg_wait_s": ("avg wait", duration_text),
+    "max_wait_s": ("max wait", duration_text),
+    "utilization": ("util", lambda v: f"{100 * v:.1f}%"),
+    "jain_index": ("Jain", lambda v: f"{v:.3f}"),
+    "preemptions": ("preempt", lambda v: f"{int(v):,}"),
+    "gpu_hours_lost": ("GPU-h lost", lambda v: f"{v:,.1f}"),
+}
 
 
 def _print_table(json_path: Path) -> None:
@@ -132,20 +202,10 @@ def _print_table(json_path: Path) -> None:
     from rich.table import Table
 
     doc = json.loads(json_path.read_text())
-    table = Table(title="replay (seconds; full table in report.json / report.html)")
-    cols = {"avg_jct_s": "avg JCT", "p95_jct_s": "p95 JCT", "avg_wait_s": "avg wait", "max_wait_s": "max wait",
-            "utilization": "util", "jain_index": "Jain", "preemptions": "preempt", "gpu_hours_lost": "GPU-h lost"}
+    table = Table(title="replay (full table in report.json / report.html)")
     table.add_column("policy", no_wrap=True, min_width=max(len(n) for n in doc["policies"]))
-    for label in cols.values():
+    for label, _ in _COLUMNS.values():
         table.add_column(label, justify="right")
-
-    def fmt(v) -> str:
-        if v is None:
-            return "-"
-        if isinstance(v, float) and abs(v) < 10:
-            return f"{v:.3f}"
-        return f"{v:,.0f}"
-
     for name, m in doc["policies"].items():
-        table.add_row(name, *(fmt(m[c]) for c in cols))
+        table.add_row(name, *("-" if m.get(c) is None else fmt(m[c]) for c, (_, fmt) in _COLUMNS.items()))
     Console().print(table)

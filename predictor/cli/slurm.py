@@ -41,7 +41,10 @@ def register(app: typer.Typer) -> None:
         cluster: Annotated[str | None, typer.Option(help="Slurm cluster name for the sacctmgr account lines.")] = None,
         out: Annotated[Path | None, typer.Option(help="Write slurm-priority.conf, sacctmgr.sh, gres.conf here.")] = None,
     ) -> None:
-        """Print PriorityWeight* lines, sacctmgr QoS/account commands and gres.conf lines with Cores=."""
+        """Print PriorityWeight* lines, sacctmgr QoS/account commands and gres.conf lines with Cores=.
+
+        Example: predictor slurm config --policy policy.yaml --topology dgx-01.json --node-name dgx-01 --out slurm/
+        """
         pol = load_cluster_policy(policy)
         priority = "\n".join(priority_weight_lines(pol)) + "\n"
         script = ("#!/bin/sh\n# QoS per tier, fair-share and GPU caps per team (policy "

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from features.errors import InputError
+from features.outputs import check_output_file, write_atomic
 from features.schema import validate
 from features.synth import DEFAULT_SUMMARY_PATH, PROFILES, calibration_report, generate, get_profile
 
@@ -30,7 +29,8 @@ def register(app: typer.Typer) -> None:
     @app.command("synth")
     def synth_cmd(
         out: Annotated[Path, typer.Option("--out", "-o", show_default=False,
-                                          help="Parquet file to write (canonical columns + ground truth).")],
+                                          help="Parquet file to write (canonical columns + ground truth); "
+                                               "a missing folder is created.")],
         jobs: Annotated[int, typer.Option("--jobs", "-n", min=1, help="Number of jobs.")] = 20_000,
         seed: Annotated[int, typer.Option("--seed", "-s", min=0, help="Random seed (same seed, same table).")] = 0,
         profile: Annotated[str, typer.Option("--profile", "-p", help=f"Workload profile: {', '.join(PROFILES)}.")
@@ -59,10 +59,7 @@ def register(app: typer.Typer) -> None:
         """
         prof = get_profile(profile)
         start_ts = _parse_start(start)
-        if out.exists() and out.is_dir():
-            raise InputError(f"--out {out} is a directory; give a file name such as {out / 'jobs.parquet'}")
-        if not out.parent.exists():
-            raise InputError(f"--out {out}: folder {out.parent} does not exist")
+        check_output_file(out)  # before generating: a bad destination fails at once
         began = time.perf_counter()
         with _PhaseProgress(progress and not as_json) as advance:
             df = generate(jobs, seed, cluster_gpus=cluster_gpus, target_load=load, start_ts=start_ts,
@@ -119,14 +116,7 @@ class _PhaseProgress:
 
 def _write_parquet(df: pd.DataFrame, out: Path) -> None:
     """Write ``df`` to a temporary file beside ``out`` and rename it into place (never half-written)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    try:
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(out, lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def describe(df: pd.DataFrame, *, out: Path | None = None, cluster_gpus: int | None = None,

@@ -7,8 +7,6 @@ The store is ``MLFLOW_TRACKING_URI`` when set, else ``sqlite:///<cwd>/mlflow.db`
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +15,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from features.errors import InputError
+from features.outputs import check_output_file, write_atomic
 
 ORDER = 20
 _MODEL_HELP = "Model URI: models:/job-predictor@champion, models:/job-predictor/3, runs:/<id>/model."
@@ -29,19 +28,6 @@ def _load(path: Path):
     if jobs.empty:
         raise InputError(f"{path}: no jobs in the table")
     return jobs
-
-
-def _write_atomic(path: Path, write) -> None:
-    """Write via a temporary file in the same folder, then rename (never a half-written output)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class _Phases:
@@ -98,7 +84,8 @@ def register(app: typer.Typer) -> None:
     @app.command("evaluate")
     def evaluate_cmd(
         jobs: Annotated[Path, typer.Option("--jobs", "-j", help="Labelled canonical job table.", show_default=False)],
-        out: Annotated[Path, typer.Option("--out", "-o", help="Report (JSON).", show_default=False)],
+        out: Annotated[Path, typer.Option("--out", "-o", help="Report (JSON); a missing folder is created.",
+                                          show_default=False)],
         model: Annotated[str, typer.Option("--model", help=_MODEL_HELP)] = "models:/job-predictor@champion",
     ) -> None:
         """Evaluate a model on any labelled table, beside the baselines; write the JSON report.
@@ -108,16 +95,18 @@ def register(app: typer.Typer) -> None:
         from models.evaluate import evaluate_bundle
         from models.registry import load_bundle, tracking_uri
 
+        check_output_file(out)  # before loading and evaluating: a bad destination fails at once
         table = _load(jobs)
         tracking_uri()
         report = evaluate_bundle(load_bundle(model), table)
-        _write_atomic(out, lambda p: p.write_text(json.dumps(report, indent=2) + "\n"))
+        write_atomic(out, lambda p: p.write_text(json.dumps(report, indent=2) + "\n"))
         typer.echo(f"wrote {out}")
 
     @app.command("predict")
     def predict_cmd(
         jobs: Annotated[Path, typer.Option("--jobs", "-j", help="Canonical job table to score.", show_default=False)],
-        out: Annotated[Path, typer.Option("--out", "-o", help="Predictions (Parquet).", show_default=False)],
+        out: Annotated[Path, typer.Option("--out", "-o", help="Predictions (Parquet); a missing folder is "
+                                          "created.", show_default=False)],
         model: Annotated[str, typer.Option("--model", help=_MODEL_HELP)] = "models:/job-predictor@champion",
     ) -> None:
         """Batch scoring: one row of predictions per job (history point in time, as the service sees it).
@@ -127,10 +116,11 @@ def register(app: typer.Typer) -> None:
         from models.evaluate import predictions_for
         from models.registry import load_bundle, tracking_uri
 
+        check_output_file(out)  # before loading and scoring: a bad destination fails at once
         table = _load(jobs)
         tracking_uri()
         preds, _ = predictions_for(load_bundle(model), table)
-        _write_atomic(out, lambda p: preds.to_parquet(p, index=False))
+        write_atomic(out, lambda p: preds.to_parquet(p, index=False))
         typer.echo(f"wrote {len(preds):,} predictions to {out}")
 
     @app.command("promote")
@@ -145,6 +135,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Move alias champion to the challenger if it is not worse on the same held-out jobs.
 
+        Exit 0 when promoted or when there is nothing to do (the alias points there already:
+        "promoted": false, "unchanged": true); 1 when the gate refuses.
+
         Example: predictor promote --from challenger --to champion
         """
         from models.registry import promote, tracking_uri
@@ -153,6 +146,9 @@ def register(app: typer.Typer) -> None:
         result = promote(source=source, target=target, force=force, reason=reason,
                          jobs=_load(jobs) if jobs is not None else None)
         typer.echo(json.dumps(result, indent=2, default=str))
+        if result.get("unchanged"):
+            Console(stderr=True).print(f"nothing to do: {result['reason']}")
+            return
         if not result["promoted"]:
             Console(stderr=True).print(f"[bold red]refused:[/] {result['reason']}")
             raise typer.Exit(1)

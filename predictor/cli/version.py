@@ -13,7 +13,10 @@ _LIBS = ("gpu-job-predictor", "pandas", "scikit-learn", "lightgbm", "mlflow", "f
 def register(app: typer.Typer) -> None:
     @app.command("version")
     def version_cmd() -> None:
-        """Print the installed version of this tool and of its key libraries."""
+        """Print the installed version of this tool and of its key libraries.
+
+        Example: predictor version
+        """
         for lib in _LIBS:
             try:
                 typer.echo(f"{lib} {version(lib)}")

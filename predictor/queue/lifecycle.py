@@ -3,8 +3,10 @@
 ==============  ====================  ==================================================================
 event           from                  effect
 ==============  ====================  ==================================================================
-``started``     pending               running from ``ts``; holds the GPUs given in ``nodes``, else its
-                                      decision's placement when free, else the best free gang
+``started``     pending               running from ``ts``; holds the GPUs given in ``nodes`` (as many
+                                      as it asks for, each once, none a running job holds: else a 422
+                                      or a 409 naming them), else its decision's placement when free,
+                                      else the best free gang
 ``checkpointed`` running              last checkpoint at ``ts`` (bounds the work a preemption loses)
 ``finished``    running               ended at ``ts`` in ``state`` (COMPLETED unless given); the run is
                                       charged to the team; the job joins the history the features read
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from features.errors import InputError
 from predictor.capacity.layout import MILLI
@@ -60,17 +64,39 @@ def charge_of(row: JobRow, end_ts: float) -> UsageCharge | None:
     return UsageCharge(row.team, row.job_id, _gpus_held(row), float(row.start_ts), max(float(end_ts), row.start_ts))
 
 
+def _given_allocation(row: JobRow, nodes: list[dict], engine: Engine, picture: QueuePicture) -> list[dict]:
+    """The GPUs a ``started`` event names, checked against the inventory, the job's request and what
+    running jobs hold (fractional jobs share a GPU up to its whole)."""
+    lay = engine.layout
+    gpus: list[int] = []
+    for part in nodes:
+        for g in part["gpu_indices"]:
+            try:
+                gpus.append(lay.gpu_index(part["node"], int(g)))
+            except KeyError as exc:
+                raise InputError(f"nodes: {exc.args[0]}") from None
+    if len(set(gpus)) != len(gpus):
+        raise InputError("nodes: a GPU is named twice")
+    rec = row.record
+    wanted = int(rec.get("num_gpus") or 1)
+    if len(gpus) != wanted:
+        raise InputError(f"nodes: job {row.job_id} asks for {wanted} GPU(s); the event names {len(gpus)}")
+    milli = int(rec.get("gpu_milli") or MILLI)
+    free = picture.free_milli()
+    busy = [g for g in gpus if free[g] < milli]
+    if busy:
+        running = picture.running
+        holders = sorted({str(running.job_id[i]) for i in range(len(running))
+                          if np.isin(running.gpus_of(i), busy).any()})
+        named = ", ".join(f"{node} GPU {i}" for node, idx in lay.gpu_indices_by_node(np.array(busy)) for i in idx)
+        raise ConflictError(f"job {row.job_id} cannot start on {named}: held by running job(s) "
+                            f"{', '.join(holders)}")
+    return [{"node": p["node"], "gpu_indices": [int(g) for g in p["gpu_indices"]]} for p in nodes]
+
+
 def _allocation(row: JobRow, event: dict[str, Any], engine: Engine, picture: QueuePicture) -> list[dict]:
-    nodes = event.get("nodes")
-    if nodes:
-        lay = engine.layout
-        for part in nodes:
-            for g in part.get("gpu_indices") or ():
-                try:
-                    lay.gpu_index(part["node"], int(g))
-                except KeyError as exc:
-                    raise InputError(f"nodes: {exc.args[0]}") from None
-        return [{"node": p["node"], "gpu_indices": [int(g) for g in p.get("gpu_indices") or ()]} for p in nodes]
+    if event.get("nodes"):
+        return _given_allocation(row, event["nodes"], engine, picture)
     placement = (row.decision or {}).get("placement") or {}
     preferred = placement.get("gpu_indices")
     rec = row.record
@@ -86,9 +112,10 @@ def apply_event(row: JobRow, event: dict[str, Any], ts: float, engine: Engine, p
     Raises
     ------
     ConflictError
-        The event does not fit the job's status.
+        The event does not fit the job's status, or a ``started`` event names GPUs running jobs hold.
     InputError
-        Its time is before the job's submission or start, or it names GPUs the inventory lacks.
+        Its time is before the job's submission or start, or it names GPUs the inventory lacks, or a
+        GPU twice, or not as many GPUs as the job asks for.
     """
     kind = event["kind"]
     if row.status not in ALLOWED_FROM[kind]:

@@ -153,7 +153,7 @@ class TrackedQueue:
             events = [NewEvent(e.kind, {"job": job_doc(e.row), **e.extra}, e.row.job_id, e.row.team)
                       if isinstance(e, _JobEvent) else e for e in staged]
             appended = append_events(s, events + decided, now)
-            if actor is not None:
+            if actor is not None and detail.pop("_audit", True):
                 record_audit(s, actor, action, target, detail, now)
         seq = appended[-1].seq if appended else None
         with self._apply_lock:
@@ -204,10 +204,14 @@ class TrackedQueue:
     def submit(self, fields: dict[str, Any], actor: Actor, now: float | None = None) -> tuple[dict, bool]:
         """Add a job (idempotent by ``job_id``). Returns its document and whether it was created.
 
+        A replay (same id, same fields) changes nothing and is not audited. Ids are unique across
+        teams; a member is told only that an id is taken, the same whether the job holding it is
+        their team's or another's (whose existence they may not learn).
+
         Raises
         ------
         ConflictError
-            The id exists with different fields.
+            The id exists with different fields (or, for a member, belongs to another team).
         PermissionDeniedError
             A member submitting for another team.
         """
@@ -222,10 +226,14 @@ class TrackedQueue:
         def change(s: Session, now: float, charges: list) -> tuple[Any, dict]:
             row = s.get(JobRow, job_id)
             if row is not None:
-                if row.request_digest != digest or not _visible(row, actor):
+                if actor.role == "member" and (row.request_digest != digest or not _visible(row, actor)):
+                    # one answer whether the id is another team's or the member's own: nothing told
+                    raise ConflictError(f"job_id {job_id} is taken; change a job of your team with PATCH, or "
+                                        "submit under a new job_id")
+                if row.request_digest != digest:
                     raise ConflictError(f"job {job_id} already exists with different fields; PATCH it or use a "
                                         "new job_id")
-                return (row, False), {"_events": []}
+                return (row, False), {"_events": [], "_audit": False}  # a replay changes nothing
             record = {k: v for k, v in fields.items() if k not in ("job_id", "submit_ts")}
             submit_ts = float(fields.get("submit_ts", now))
             frame = canonical_frame([{**record, "job_id": job_id, "submit_ts": submit_ts, "state": "PENDING"}])
@@ -303,11 +311,25 @@ class TrackedQueue:
 
         return job_doc(self._write(actor, f"job.event.{event['kind']}", job_id, now, change))
 
-    def put_policy(self, policy: PolicyConfig, actor: Actor, now: float | None = None) -> int:
-        """Put a validated policy in force for every worker; returns its id."""
-        document = policy.model_dump(mode="json")
+    def put_policy(self, make: Callable[[PolicyConfig], PolicyConfig], actor: Actor, now: float | None = None, *,
+                   expected_id: int | None = None, check_expected: bool = False) -> int:
+        """Put ``make(policy in force)`` in force for every worker; returns its id.
+
+        ``make`` runs inside the write turn, on the policy every worker's committed changes have
+        brought in force, so concurrent changes never lose one another (its exceptions abort the turn).
+
+        Raises
+        ------
+        ConflictError
+            With ``check_expected``: the policy in force is not ``expected_id`` (another was put since).
+        """
 
         def change(s: Session, now: float, charges: list) -> tuple[Any, dict]:
+            if check_expected and self.policy_id != expected_id:
+                raise ConflictError(f"the policy in force is policy_id {self.policy_id}, not {expected_id}: another "
+                                    "was put in force since; GET it again and re-apply the change")
+            policy = make(self.engine.policy)
+            document = policy.model_dump(mode="json")
             row = PolicyRow(created_at=now, actor=actor.name, document=document)
             s.add(row)
             s.flush()

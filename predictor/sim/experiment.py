@@ -165,14 +165,14 @@ def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[
     records: list[ReplayRecord] = []
     for spec, path in specs:
         if spec.predictions not in predictions:
-            say(f"predicting the replayed jobs ({spec.predictions})")
             source = _source(spec.predictions, split, cfg, say)
             predictions[spec.predictions] = source.predict(table, inventory)
+            say(f"predicted the {len(table):,} replayed job{'s' if len(table) != 1 else ''} ({spec.predictions})")
             fits.extend(getattr(source, "fits", []))
         policy = load_policy(spec.preset if path is None else path, base_file=policy_file)
         if adjust_policy is not None:
             policy = adjust_policy(policy)
-        say(f"replaying {len(table):,} jobs under {spec.name}")
+        say(f"replaying {len(table):,} job{'s' if len(table) != 1 else ''} under {spec.name}")
         rules = PolicyRules(spec.name, policy, table, inventory, predictions[spec.predictions])
         records.append(replay(table, inventory, rules, predictions[spec.predictions], cfg.sim))
     run = _run_info(split, table, truth, inventory, specs, predictions, cfg)

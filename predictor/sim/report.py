@@ -5,14 +5,15 @@
 (per-team share against entitlement, out-of-memory crashes, replay speed...), ``run`` what was
 replayed on what (input, split, inventory, assumptions). NaN is written as ``null``.
 
-``report.html`` is one self-contained file (figures are PNGs embedded as base64; no network):
-the metric table, the JCT CDF per policy, queue length and GPU utilisation over time, each team's
-share of the GPUs over time, and per-team share against entitlement.
+``report.html`` is one self-contained file (figures are PNGs embedded as base64, drawn by
+``report_figures``; no network): the metric table (one column per policy, one row per metric, so no
+column hides however many metrics there are), the JCT CDF per policy, queue length and GPU
+utilisation over time, each team's share of the GPUs over time, per-team share against entitlement,
+and what was replayed in words (times as dates, the inventory, the policies).
 """
 
 from __future__ import annotations
 
-import base64
 import html
 import io
 import json
@@ -20,22 +21,17 @@ import math
 import os
 import tempfile
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from predictor.sim.metrics import METRIC_KEYS, MetricsConfig, policy_metrics, team_windows  # noqa: E402
-from predictor.sim.progress import ENDED  # noqa: E402
-from predictor.sim.record import ReplayRecord  # noqa: E402
+from predictor.sim.metrics import METRIC_KEYS, MetricsConfig, policy_metrics
+from predictor.sim.record import ReplayRecord
+from predictor.sim.report_figures import jct_cdf_png, team_shares_png, time_series_png
 
 __all__ = ["build_report", "write_report", "render_html"]
-
-MAX_TEAMS_PLOTTED = 8
 
 
 def _clean(value):
@@ -103,165 +99,120 @@ def write_report(records: list[ReplayRecord], run: Mapping, out_dir: Path,
     return json_path, html_path
 
 
-# -- figures ---------------------------------------------------------------------------------------
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
-
-
-def _hours(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x) / 3600.0
-
-
-def _jct_cdf(records: list[ReplayRecord]) -> str:
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for rec in records:
-        done = np.isin(rec.status, ENDED)
-        jct = np.sort(rec.end[done] - rec.jobs.submit_s[done])
-        if len(jct):
-            ax.step(np.maximum(jct, 1.0), np.arange(1, len(jct) + 1) / len(jct), where="post", label=rec.policy)
-    ax.set_xscale("log")
-    ax.set_xlabel("job completion time (s, log scale)")
-    ax.set_ylabel("fraction of finished jobs")
-    ax.set_title("JCT CDF per policy")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _png(fig)
-
-
-def plot_horizon(records: list[ReplayRecord], window_s: float) -> tuple[float, float]:
-    """(end of the time axis, window) for the time plots: the axis stops when 99 % of the jobs of
-    every policy have ended (one very long job would otherwise squash the picture), and the window
-    grows so that a plot has at most ~300 points."""
-    ends = [np.nanpercentile(r.end, 99) for r in records if np.isfinite(r.end).any()]
-    horizon = float(max(ends)) if ends else max(r.end_time for r in records)
-    horizon = max(horizon, window_s)
-    return horizon, max(window_s, horizon / 300.0)
-
-
-def _cut(rec: ReplayRecord, horizon: float, window_s: float):
-    edges, received, demand = team_windows(rec, window_s)
-    keep = max(int(np.ceil(horizon / window_s)), 1)
-    return edges[: keep + 1], received[:, :keep], demand[:, :keep]
-
-
-def _time_series(records: list[ReplayRecord], window_s: float) -> str:
-    horizon, window_s = plot_horizon(records, window_s)
-    fig, (ax_q, ax_u) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
-    for rec in records:
-        # queue length: a step function sampled at every scheduling step; averaged per window
-        edges, received, _ = _cut(rec, horizon, window_s)
-        width = np.diff(edges)
-        util = received.sum(axis=0) / (rec.total_gpus * width)
-        t, q = rec.queue_t, rec.queue_len.astype("float64")
-        if len(t):
-            t_next = np.append(t[1:], rec.end_time)
-            area = np.concatenate([[0.0], np.cumsum(q * (t_next - t))])
-            cum_at = np.interp(edges, np.append(t, rec.end_time), area)
-            ax_q.plot(_hours(edges[:-1]), np.diff(cum_at) / width, label=rec.policy, lw=1)
-        ax_u.plot(_hours(edges[:-1]), util, label=rec.policy, lw=1)
-    ax_q.set_ylabel("queued jobs (window mean)")
-    ax_q.set_title(f"Queue length and GPU utilisation over time ({window_s / 3600:.3g} h windows; "
-                   "until 99 % of jobs ended)")
-    ax_u.set_ylabel("GPU utilisation")
-    ax_u.set_xlabel("time since first submission (h)")
-    ax_u.set_ylim(0, 1.05)
-    for ax in (ax_q, ax_u):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    return _png(fig)
-
-
-def _team_shares(records: list[ReplayRecord], window_s: float) -> str:
-    horizon, window_s = plot_horizon(records, window_s)
-    n = len(records)
-    fig, axes = plt.subplots(n, 1, figsize=(9, 2.4 * n + 0.6), sharex=True, squeeze=False)
-    for ax, rec in zip(axes[:, 0], records, strict=True):
-        edges, received, _ = _cut(rec, horizon, window_s)
-        total = received.sum(axis=0)
-        share = np.divide(received, total, out=np.zeros_like(received), where=total > 0)
-        top = np.argsort(-received.sum(axis=1))[:MAX_TEAMS_PLOTTED]
-        series = [share[i] for i in top]
-        labels = [rec.jobs.teams[i] for i in top]
-        rest = np.ones(len(share), dtype=bool)
-        rest[top] = False
-        if rest.any():
-            series.append(share[rest].sum(axis=0))
-            labels.append("other teams")
-        ax.stackplot(_hours(edges[:-1]), *series, labels=labels, step="post")
-        ax.set_ylim(0, 1)
-        ax.set_ylabel(f"{rec.policy}\nshare")
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    axes[0, 0].set_title("Each team's share of the GPU time used, per window")
-    axes[-1, 0].set_xlabel("time since first submission (h)")
-    return _png(fig)
-
-
 # -- page ------------------------------------------------------------------------------------------
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;color:#222}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1160px;padding:0 1rem;color:#222}
 table{border-collapse:collapse;margin:1rem 0;font-size:.85rem}
 .scroll{overflow-x:auto}
-th,td{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}
+th,td{border:1px solid #ccc;padding:.3rem .6rem;text-align:right;font-variant-numeric:tabular-nums}
 th:first-child,td:first-child{text-align:left}
 thead th{background:#f0f0f0}
 td.best{background:#e2f5e2;font-weight:600}
+td .key{color:#777;font-size:.75rem}
 img{max-width:100%;margin:.5rem 0 1.5rem}
 .note{color:#555;font-size:.85rem}
+dl.run{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem;font-size:.85rem}
+dl.run dt{font-weight:600}
+dl.run dd{margin:0}
 """
 
-#: metric -> True when smaller is better (False: larger is better; None: no ranking)
-_BETTER_LOW = {
-    "avg_jct_s": True, "median_jct_s": True, "p95_jct_s": True, "avg_wait_s": True, "p95_wait_s": True,
-    "max_wait_s": True, "utilization": False, "makespan_s": True, "jain_index": False,
-    "starved_jobs": True, "sla_misses": True, "preemptions": True, "gpu_hours_lost": True,
+#: metric -> (label, unit, True when smaller is better / False when larger is better)
+_METRICS = {
+    "avg_jct_s": ("average job completion time", "duration", True),
+    "median_jct_s": ("median job completion time", "duration", True),
+    "p95_jct_s": ("95th percentile job completion time", "duration", True),
+    "avg_wait_s": ("average wait", "duration", True),
+    "p95_wait_s": ("95th percentile wait", "duration", True),
+    "max_wait_s": ("longest wait", "duration", True),
+    "utilization": ("GPU utilisation", "percent", False),
+    "makespan_s": ("makespan", "duration", True),
+    "jain_index": ("Jain's fairness index", "ratio", False),
+    "starved_jobs": ("starved jobs", "count", True),
+    "sla_misses": ("SLA misses", "count", True),
+    "preemptions": ("preemptions", "count", True),
+    "gpu_hours_lost": ("GPU-hours lost", "gpu_hours", True),
 }
+_BETTER_LOW = {k: v[2] for k, v in _METRICS.items()}
 
 
-def _fmt(v) -> str:
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _value(v, unit: str = "auto") -> str:
+    """One value as the page shows it; durations also carry the seconds in a tooltip."""
     if v is None:
         return "&ndash;"
-    if isinstance(v, float):
-        if abs(v) >= 100:
-            return f"{v:,.0f}"
+    if unit == "duration":
+        return f"<span title='{v:,.0f} s'>{_duration(float(v))}</span>"
+    if unit == "percent":
+        return f"{100 * v:.1f} %"
+    if unit == "ratio":
         return f"{v:.3f}"
-    return f"{v:,}" if isinstance(v, int) else html.escape(str(v))
+    if unit == "gpu_hours":
+        return f"{v:,.1f}"
+    if unit == "count" or isinstance(v, int):
+        return f"{int(v):,}"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3f}"
+    return html.escape(str(v))
+
+
+def _transposed(names: list[str], rows: list[tuple[str, str, list]], best: dict[int, float] | None = None) -> str:
+    """A table with one column per policy and one row per figure ``(label, key, values)``: it stays as
+    narrow as the number of policies, whatever the number of figures (no hidden columns)."""
+    head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
+    body = []
+    for r, (label, key, cells) in enumerate(rows):
+        tds = "".join(f"<td{' class=best' if best and r in best and raw == best[r] else ''}>{shown}</td>"
+                      for raw, shown in cells)
+        body.append(f"<tr><td>{html.escape(label)} <span class='key'>{html.escape(key)}</span></td>{tds}</tr>")
+    return (f"<div class='scroll'><table><thead><tr><th></th>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table></div>")
 
 
 def _metric_table(doc: dict) -> str:
     names = list(doc["policies"])
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in METRIC_KEYS)
-    best: dict[str, float] = {}
+    rows, best = [], {}
     for k in METRIC_KEYS:
-        vals = [doc["policies"][p][k] for p in names if doc["policies"][p][k] is not None]
-        if vals and len(names) > 1:
-            best[k] = min(vals) if _BETTER_LOW[k] else max(vals)
-    rows = []
-    for p in names:
-        cells = []
-        for k in METRIC_KEYS:
-            v = doc["policies"][p][k]
-            cls = ' class="best"' if k in best and v == best[k] else ""
-            cells.append(f"<td{cls}>{_fmt(v)}</td>")
-        rows.append(f"<tr><td>{html.escape(p)}</td>{''.join(cells)}</tr>")
-    return (f"<div class='scroll'><table><thead><tr><th>policy</th>{head}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table></div>")
+        label, unit, low = _METRICS.get(k, (k, "auto", None))
+        raw = [doc["policies"][p][k] for p in names]
+        vals = [v for v in raw if v is not None]
+        if vals and len(names) > 1 and low is not None:
+            best[len(rows)] = min(vals) if low else max(vals)
+        rows.append((label, k, [(v, _value(v, unit)) for v in raw]))
+    return _transposed(names, rows, best)
+
+
+_EXTRA = [("jobs replayed", "jobs", "count"), ("finished", "jobs_finished", "count"),
+          ("ended at their time limit", "jobs_timed_out", "count"),
+          ("rejected (can never run here)", "jobs_rejected", "count"),
+          ("failed out of memory", "jobs_failed_oom", "count"), ("unfinished at the end", "jobs_unfinished", "count"),
+          ("out-of-memory crashes", "oom_failures", "count"),
+          ("GPU-hours lost to preemption", "gpu_hours_lost_preemption", "gpu_hours"),
+          ("GPU-hours lost to out-of-memory crashes", "gpu_hours_lost_oom", "gpu_hours"),
+          ("reservations made", "reservations_made", "count"), ("fairness windows", "jain_windows", "count")]
+_SPEED = [("replay wall time", "wall_s", "seconds"), ("events per second", "events_per_s", "count"),
+          ("decide() calls", "decide_calls", "count")]
 
 
 def _extra_table(doc: dict) -> str:
-    keys = ["jobs", "jobs_finished", "jobs_timed_out", "jobs_rejected", "jobs_failed_oom", "jobs_unfinished", "oom_failures",
-            "gpu_hours_lost_preemption", "gpu_hours_lost_oom", "reservations_made", "jain_windows"]
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
-    rows = []
-    for p, more in doc["extra"].items():
-        speed = more["replay"]
-        cells = "".join(f"<td>{_fmt(more.get(k))}</td>" for k in keys)
-        rows.append(f"<tr><td>{html.escape(p)}</td>{cells}<td>{_fmt(speed['wall_s'])}</td>"
-                    f"<td>{_fmt(speed['events_per_s'])}</td><td>{_fmt(speed['decide_calls'])}</td></tr>")
-    return (f"<div class='scroll'><table><thead><tr><th>policy</th>{head}<th>replay wall s</th><th>events/s</th>"
-            f"<th>decide() calls</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+    names = list(doc["extra"])
+    rows = [(label, k, [(doc["extra"][p].get(k), _value(doc["extra"][p].get(k), unit)) for p in names])
+            for label, k, unit in _EXTRA]
+    for label, k, unit in _SPEED:
+        cells = []
+        for p in names:
+            v = doc["extra"][p]["replay"].get(k)
+            cells.append((v, f"{v:.2f} s" if unit == "seconds" and v is not None else _value(v, unit)))
+        rows.append((label, f"replay.{k}", cells))
+    return _transposed(names, rows)
 
 
 def _team_table(doc: dict) -> str:
@@ -269,44 +220,93 @@ def _team_table(doc: dict) -> str:
     if not policies:
         return ""
     teams = list(doc["extra"][policies[0]]["per_team"])
-    head = "".join(f"<th>{html.escape(p)} share / entitled</th>" for p in policies)
+    head = "".join(f"<th>{html.escape(p)}</th>" for p in policies)
     rows = []
     for t in teams:
-        cells = []
-        for p in policies:
-            row = doc["extra"][p]["per_team"][t]
-            cells.append(f"<td>{_fmt(row['share'])} / {_fmt(row['entitled_share'])}</td>")
-        rows.append(f"<tr><td>{html.escape(t)}</td>{''.join(cells)}</tr>")
-    return (f"<div class='scroll'><table><thead><tr><th>team</th>{head}</tr></thead>"
+        entitled = doc["extra"][policies[0]]["per_team"][t]["entitled_share"]
+        cells = "".join(f"<td>{_value(doc['extra'][p]['per_team'][t]['share'], 'percent')}</td>" for p in policies)
+        rows.append(f"<tr><td>{html.escape(t)}</td><td>{_value(entitled, 'percent')}</td>{cells}</tr>")
+    return (f"<div class='scroll'><table><thead><tr><th>team</th><th>entitled</th>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div>")
 
 
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "&ndash;"
+    return html.escape(datetime.fromtimestamp(float(ts), tz=UTC).strftime("%Y-%m-%d %H:%M UTC"))
+
+
+def _run_items(run: Mapping) -> list[tuple[str, str]]:
+    """What was replayed, as (label, readable value) pairs; keys not known here are listed as they are."""
+    r = dict(run)
+    esc = html.escape
+    items: list[tuple[str, str]] = []
+
+    def take(key: str, label: str, text) -> None:
+        if key in r:
+            value = r.pop(key)
+            items.append((label, text(value)))
+
+    take("jobs_file", "job table", lambda v: f"<code>{esc(str(v))}</code>")
+    take("cluster", "cluster given as", lambda v: f"<code>{esc(str(v))}</code>")
+    take("inventory", "inventory", lambda v: f"{v['gpus']:,} GPUs on {v['nodes']:,} nodes ("
+         + ", ".join(f"{esc(t)} {n:,}" for t, n in v.get("gpus_by_type", {}).items()) + ")")
+    take("jobs_in_input", "rows in the table", lambda v: f"{v:,}")
+    take("rows_rejected_by_validation", "rows failing validation", lambda v: f"{v:,}")
+    take("training_prefix_jobs", "jobs before the replay window (training prefix)", lambda v: f"{v:,}")
+    take("training_jobs_ended_before_split", "of which ended before it (trained on)", lambda v: f"{v:,}")
+    take("split_ts", "replay window starts", _when)
+    take("retrain_every_s", "retraining", lambda v: "never" if v is None else f"every {_duration(v)}")
+    take("jobs_replayed", "jobs replayed", lambda v: f"{v:,}")
+    take("jobs_skipped", "rows skipped", lambda v: "none" if not v else
+         ", ".join(f"{n:,} {esc(why)}" for why, n in v.items()))
+    take("censored_durations_replayed_as_lower_bounds", "censored run times replayed as lower bounds",
+         lambda v: f"{v:,}")
+    take("slowdown_truth", "placement slowdowns from", lambda v: esc(str(v)))
+    take("policies", "policies", lambda v: "<br>".join(
+        f"<b>{esc(name)}</b>: {esc(p['summary'])} (preset <code>{esc(str(p['preset']))}</code>, "
+        f"{esc(p['predictions'])} predictions)" for name, p in v.items()))
+    take("prediction_sources", "prediction sources", lambda v: ", ".join(f"{esc(k)}: {esc(str(x))}"
+                                                                       for k, x in v.items()))
+    take("physics", "replay physics", lambda v: (
+        f"checkpoint every {_duration(v['default_checkpoint_s']) if math.isfinite(v['default_checkpoint_s']) else 'never'}"
+        f" (jobs that do not say), out-of-memory crash after {_duration(v['oom_after_s'])}, "
+        f"at most {v['max_oom_retries']} retries") if {"default_checkpoint_s", "oom_after_s", "max_oom_retries"} <= set(v)
+         else esc(json.dumps(v)))
+    take("trained_models", "trained models", lambda v: "none" if not v else "<br>".join(
+        f"{m.get('train_jobs', '?'):,} jobs ended before {_when(m.get('window_start_ts'))}: "
+        f"<code>{esc(str(m.get('model_version')))}</code>" for m in v))
+    for key, value in r.items():
+        text = json.dumps(value) if isinstance(value, Mapping | list) else str(value)
+        items.append((key, esc(text)))
+    return items
+
+
 def _run_list(run: Mapping) -> str:
-    items = []
-    for k, v in run.items():
-        text = json.dumps(v) if isinstance(v, Mapping | list) else str(v)
-        items.append(f"<li><b>{html.escape(str(k))}</b>: {html.escape(text)}</li>")
-    return f"<ul class='note'>{''.join(items)}</ul>"
+    rows = "".join(f"<dt>{html.escape(label)}</dt><dd>{value}</dd>" for label, value in _run_items(run))
+    return f"<dl class='run'>{rows}</dl>"
 
 
 def render_html(doc: dict, records: list[ReplayRecord], config: MetricsConfig) -> str:
     """The self-contained HTML page for ``doc`` (from :func:`build_report`) and its records."""
     w = config.fairness_window_s
     figs = [
-        ("Job completion time", _jct_cdf(records)),
-        ("Queue and utilisation", _time_series(records, w)),
-        ("Team shares", _team_shares(records, w)),
+        ("Job completion time", jct_cdf_png(records)),
+        ("Queue and utilisation", time_series_png(records, w)),
+        ("Team shares", team_shares_png(records, w)),
     ]
     imgs = "".join(f"<h2>{html.escape(t)}</h2><img alt='{html.escape(t)}' src='data:image/png;base64,{b}'>"
                    for t, b in figs)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Trace replay report</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <style>{_CSS}</style></head><body>
 <h1>Trace replay: policy comparison</h1>
 <h2>Metrics</h2>{_metric_table(doc)}
-<p class="note">Best value per column highlighted. Definitions: predictor/sim/metrics.py and
-docs/replay.md (Metric definitions). Starved: waited more than {config.starvation_s:,.0f} s. Jain's index over
-per-team share / entitlement in {w:,.0f} s windows.</p>
+<p class="note">One column per policy; the best value of each row is highlighted (durations: hover for
+the seconds). Definitions: predictor/sim/metrics.py and docs/replay.md (Metric definitions). Starved:
+waited more than {_duration(config.starvation_s)}. Jain's index over per-team share / entitlement in
+{_duration(w)} windows.</p>
 {imgs}
 <h2>Jobs, losses and replay speed</h2>{_extra_table(doc)}
 <h2>Per-team share of GPU time against entitlement</h2>{_team_table(doc)}

@@ -34,7 +34,8 @@ def job_doc(row: JobRow) -> dict[str, Any]:
     return {
         "job_id": row.job_id, "team": row.team, "user": row.user, "queue": row.queue, "tier": row.tier,
         "status": row.status, "state": row.state, "submit_ts": row.submit_ts, "start_ts": row.start_ts,
-        "end_ts": row.end_ts, "last_checkpoint_ts": row.last_checkpoint_ts, "request": dict(row.record),
+        "end_ts": row.end_ts, "last_checkpoint_ts": row.last_checkpoint_ts,
+        "allocation": row.allocation if row.status == "running" else None, "request": dict(row.record),
         "prediction": row.prediction, "decision": row.decision, "created_by": row.created_by,
         "created_at": row.created_at, "updated_at": row.updated_at, "revision": row.revision,
     }

@@ -15,14 +15,31 @@ from serving.schemas.jobs import JOB_ID_PATTERN, JobCreate, JobEventCreate, JobL
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
+#: ``{job_id:path}``: an id may hold slashes (Kueue's ``namespace/name``), plain or percent-encoded.
+#: Only POST takes ``.../events`` as the events route, so ``GET /v1/jobs/ns/events`` reads job ``ns/events``.
 JobId = Annotated[str, Path(min_length=1, max_length=255, pattern=JOB_ID_PATTERN)]
 _ERRORS = {404: {"description": "no such job (or not your team's)"},
            409: {"description": "conflicts with the job's state or an earlier submission"}}
 
+#: OpenAPI links from a job document to what can be done with that job next (clients and stateful
+#: testers follow them: submit -> report an event -> read, change or withdraw).
+_ID = {"job_id": "$response.body#/job_id"}
+JOB_LINKS = {
+    "GetJob": {"operationId": "getJob", "parameters": _ID, "description": "read the job"},
+    "ReportJobEvent": {"operationId": "postJobEvent", "parameters": _ID, "description": "report what happened to it"},
+    "UpdateJob": {"operationId": "updateJob", "parameters": _ID, "description": "change it while pending"},
+    "DeleteJob": {"operationId": "deleteJob", "parameters": _ID, "description": "withdraw it"},
+}
 
-@router.post("", response_model=JobPublic, status_code=status.HTTP_201_CREATED,
+
+def _linked(description: str) -> dict:
+    return {"description": description, "links": JOB_LINKS}
+
+
+@router.post("", response_model=JobPublic, status_code=status.HTTP_201_CREATED, operation_id="submitJob",
              summary="Submit a job to the tracked queue (idempotent by job_id)",
-             responses={200: {"model": JobPublic, "description": "already submitted with the same fields"},
+             responses={201: _linked("submitted"),
+                        200: {"model": JobPublic, **_linked("already submitted with the same fields")},
                         403: {"description": "a member submitting for another team"}, **_ERRORS})
 def submit_job(body: JobCreate, response: Response, service: ServiceDep, principal: PrincipalDep) -> dict:
     """Scores the job, plans its reservation, and streams the change. Submitting the same job again
@@ -34,7 +51,7 @@ def submit_job(body: JobCreate, response: Response, service: ServiceDep, princip
     return doc
 
 
-@router.get("", response_model=JobList, summary="List tracked jobs (members: their team's)")
+@router.get("", response_model=JobList, operation_id="listJobs", summary="List tracked jobs (members: their team's)")
 def list_jobs(service: ServiceDep, principal: PrincipalDep,
               status_: Annotated[Literal["pending", "running", "ended", "cancelled"] | None,
                                  Query(alias="status")] = None,
@@ -48,7 +65,8 @@ def list_jobs(service: ServiceDep, principal: PrincipalDep,
         return {"jobs": [job_doc(r) for r in s.scalars(stmt)]}
 
 
-@router.get("/{job_id}", response_model=JobPublic, summary="One tracked job", responses=_ERRORS)
+@router.get("/{job_id:path}", response_model=JobPublic, operation_id="getJob", summary="One tracked job",
+            responses={200: _linked("the job"), **_ERRORS})
 def get_job(job_id: JobId, service: ServiceDep, principal: PrincipalDep) -> dict:
     with service.db.session() as s:
         row = s.get(JobRow, job_id)
@@ -57,21 +75,22 @@ def get_job(job_id: JobId, service: ServiceDep, principal: PrincipalDep) -> dict
         return job_doc(row)
 
 
-@router.patch("/{job_id}", response_model=JobPublic, summary="Change a pending job", responses=_ERRORS)
+@router.patch("/{job_id:path}", response_model=JobPublic, operation_id="updateJob", summary="Change a pending job",
+              responses={200: _linked("the job as changed"), **_ERRORS})
 def update_job(job_id: JobId, body: JobUpdate, service: ServiceDep, principal: PrincipalDep) -> dict:
     """Fields given replace the submitted ones; the job is predicted and decided again."""
     with service.metrics.time_decision("queue"):
         return service.queue.update(job_id, body.model_dump(exclude_none=True), principal.as_actor())
 
 
-@router.delete("/{job_id}", response_model=JobPublic, summary="Withdraw a pending or running job",
-               responses=_ERRORS)
+@router.delete("/{job_id:path}", response_model=JobPublic, operation_id="deleteJob",
+               summary="Withdraw a pending or running job", responses={200: _linked("the job, cancelled"), **_ERRORS})
 def delete_job(job_id: JobId, service: ServiceDep, principal: PrincipalDep) -> dict:
     return service.queue.remove(job_id, principal.as_actor())
 
 
-@router.post("/{job_id}/events", response_model=JobPublic, summary="Report what happened to a job",
-             responses=_ERRORS)
+@router.post("/{job_id:path}/events", response_model=JobPublic, operation_id="postJobEvent",
+             summary="Report what happened to a job", responses={200: _linked("the job after the event"), **_ERRORS})
 def post_event(job_id: JobId, body: JobEventCreate, service: ServiceDep, principal: PrincipalDep) -> dict:
     """``started``, ``checkpointed``, ``finished``, ``failed``, ``preempted``: updates the job, the
     fair-share ledger and the history the features read, and re-plans the queue."""

@@ -43,10 +43,11 @@ async def promote(body: PromotionRequest, service: ServiceDep, admin: AdminOnly)
     if report.get("promoted"):
         await run_in_threadpool(service.engine.model.check_once)
     status = service.model_status()
-    details = {k: v for k, v in report.items() if k not in ("promoted", "version", "previous", "reason")}
+    details = {k: v for k, v in report.items() if k not in ("promoted", "unchanged", "version", "previous", "reason")}
     with service.db.writing() as s:
         record_audit(s, admin.as_actor(), "model.promote", f"{body.source}->{body.target}",
                      {**body.model_dump(), "promoted": bool(report.get("promoted")), "version": report.get("version"),
                       "outcome": report.get("reason")}, time.time())
-    return PromotionResult(promoted=bool(report.get("promoted")), version=report.get("version"),
+    return PromotionResult(promoted=bool(report.get("promoted")), unchanged=bool(report.get("unchanged")),
+                           version=report.get("version"),
                            previous=report.get("previous"), reason=report.get("reason"), details=details, model=status)

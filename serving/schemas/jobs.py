@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from features.schema import FINETUNE_METHODS, PLACEMENT_CLASSES, PRECISIONS
 from serving.schemas.results import DecisionPublic, PredictionPublic
 
-__all__ = ["JobSpec", "JobCreate", "JobUpdate", "JobEventCreate", "JobPublic", "JobList", "EVENT_KINDS",
+__all__ = ["JobSpec", "JobCreate", "JobUpdate", "JobEventCreate", "JobPublic", "JobList", "GpusAllocated", "EVENT_KINDS",
            "JOB_ID_PATTERN"]
 
-JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]*$"
+#: A scheduler's job id: Slurm's ``123``, ``123_4`` (array), ``123+0`` (heterogeneous), Kueue's
+#: ``namespace/name``. Segments between slashes start with a letter or digit, so no id holds an empty,
+#: ``.`` or ``..`` segment that URL normalisation would rewrite: every id round-trips through the path.
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]*(/[A-Za-z0-9][A-Za-z0-9._:@+=-]*)*$"
 EVENT_KINDS = ("started", "checkpointed", "finished", "failed", "preempted")
 
 Name = Annotated[str, Field(min_length=1, max_length=255)]
@@ -93,7 +96,16 @@ class GpusAllocated(BaseModel):
     model_config = _STRICT
 
     node: Name
-    gpu_indices: list[Annotated[int, Field(ge=0, le=1023)]] = Field(min_length=1, max_length=1024)
+    gpu_indices: list[Annotated[int, Field(ge=0, le=1023)]] = Field(min_length=1, max_length=1024,
+                                                                    json_schema_extra={"uniqueItems": True})
+
+    @field_validator("gpu_indices")
+    @classmethod
+    def _distinct(cls, value: list[int]) -> list[int]:
+        twice = sorted({g for g in value if value.count(g) > 1})
+        if twice:
+            raise ValueError(f"GPU {', '.join(map(str, twice))} named twice")
+        return value
 
 
 class JobEventCreate(BaseModel):
@@ -112,8 +124,18 @@ class JobEventCreate(BaseModel):
     peak_vram_mib: NonNeg | None = None
     placement_class: PlacementClass | None = None
     gpu_type: Name | None = None
-    nodes: list[GpusAllocated] | None = Field(default=None, description=(
-        "started: the GPUs the job got; default: its decision's placement if free, else the best free gang"))
+    nodes: list[GpusAllocated] | None = Field(default=None, min_length=1, description=(
+        "started: the GPUs the job got, one entry per node, as many GPUs as the job asks for (none "
+        "that a running job holds); default: its decision's placement if free, else the best free gang"))
+
+    @field_validator("nodes")
+    @classmethod
+    def _one_entry_per_node(cls, value: list[GpusAllocated] | None) -> list[GpusAllocated] | None:
+        names = [part.node for part in value or ()]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"node {', '.join(twice)} listed twice; give each node's GPUs in one entry")
+        return value
 
 
 class JobPublic(BaseModel):
@@ -130,6 +152,7 @@ class JobPublic(BaseModel):
     start_ts: float | None
     end_ts: float | None
     last_checkpoint_ts: float | None
+    allocation: list[GpusAllocated] | None = Field(description="the GPUs a running job holds (null otherwise)")
     request: dict[str, Any] = Field(description="the submitted fields")
     prediction: PredictionPublic | None
     decision: DecisionPublic | None

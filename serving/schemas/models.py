@@ -23,7 +23,8 @@ class PromotionRequest(BaseModel):
 
 
 class PromotionResult(BaseModel):
-    promoted: bool
+    promoted: bool = Field(description="the alias moved")
+    unchanged: bool = Field(default=False, description="the alias pointed at that version already: nothing to do")
     version: str | None = None
     previous: str | None = None
     reason: str | None = None

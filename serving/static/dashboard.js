@@ -25,6 +25,11 @@ function fmtDuration(s) {
 }
 const fmtMiB = (m) => (m === null || m === undefined) ? "-" : (m >= 1024 ? `${(m / 1024).toFixed(1)} GiB` : `${Math.round(m)} MiB`);
 const fmtTime = (ts) => new Date(ts * 1000).toLocaleTimeString();
+// Priorities are integers up to ~10^9: shown in millions, one scale for the whole column ("1,517M",
+// "962M"), the exact value and the rank in the tooltip.
+const fmtPriority = (p) => Math.abs(p) >= 1e8 ? `${Math.round(p / 1e6).toLocaleString("en")}M`
+  : Math.abs(p) >= 1e5 ? `${(p / 1e6).toFixed(1)}M` : p.toLocaleString("en");
+const fmtAllocation = (parts) => (parts || []).map((a) => `${a.node}: GPU ${a.gpu_indices.join(", ")}`).join("; ");
 
 async function api(path, options = {}) {
   const resp = await fetch(path, { ...options, headers: { ...(options.headers || {}), Authorization: `Bearer ${state.token}` } });
@@ -95,21 +100,26 @@ function renderQueue(highlight) {
   const p90s = rows.map((j) => j.prediction?.duration?.p90_s).filter((s) => s > 0);
   const range = [Math.min(60, ...p10s) / 1.5, Math.max(3600, ...p90s) * 1.5];
   const body = $("#queue tbody");
+  const pendingCount = rows.filter((j) => j.status === "pending").length;
   body.replaceChildren(...rows.map((j, i) => {
-    const d = j.decision, p = j.prediction;
+    const d = j.decision, p = j.prediction, running = j.status === "running";
     const tr = el("tr", { "data-job-id": j.job_id, class: highlight === j.job_id ? "new" : "" },
       el("td", { class: "num" }, j.status === "pending" ? i + 1 : "-"),
-      el("td", {}, j.job_id),
-      el("td", {}, j.team ?? "-"),
+      el("td", { class: "name" }, j.job_id),
+      el("td", { class: "name" }, j.team ?? "-"),
       el("td", {}, d?.tier ?? j.tier ?? "-"),
       el("td", {}, j.status),
       el("td", { class: "num" }, `${j.request.num_gpus ?? "-"}${d?.flavor ? " x " + d.flavor : ""}`),
-      el("td", { class: "num priority" }, d ? d.priority : "-"),
+      el("td", { class: "num priority", title: d ? `priority ${d.priority.toLocaleString("en")}` +
+        (running ? "" : ` (rank ${i + 1} of ${pendingCount} pending)`) : "" }, d ? fmtPriority(d.priority) : "-"),
       el("td", { class: "wide" }, scoreBar(d)),
       el("td", { class: "wide" }, intervalBar(p, range)),
-      el("td", { class: "num", title: p?.fits_gpu_types?.length ? `fits ${p.fits_gpu_types.join(", ")}` : "" },
-        p && p.peak_vram_mib !== null ? `${fmtMiB(p.peak_vram_mib)} (<= ${fmtMiB(p.peak_vram_upper_mib)})` : "unknown"),
-      el("td", {}, d ? el("span", { class: `action ${d.action}`, title: d.reason }, d.action) : "-"));
+      el("td", { class: "num memory", title: p?.fits_gpu_types?.length ? `fits ${p.fits_gpu_types.join(", ")}` : "" },
+        ...(p && p.peak_vram_mib !== null
+          ? [fmtMiB(p.peak_vram_mib), el("div", { class: "sub" }, `<= ${fmtMiB(p.peak_vram_upper_mib)}`)] : ["unknown"])),
+      el("td", {}, running
+        ? el("span", { class: "action running", title: fmtAllocation(j.allocation) || "GPUs not reported" }, "running")
+        : d ? el("span", { class: `action ${d.action}`, title: d.reason }, d.action) : "-"));
     return tr;
   }));
   $("#queue-count").textContent = `${rows.filter((j) => j.status === "pending").length} pending, ${rows.filter((j) => j.status === "running").length} running`;
@@ -124,18 +134,21 @@ function renderTimeline() {
   const now = Date.now() / 1000;
   const t0 = Math.min(now, ...res.map((r) => r.start_ts));
   const t1 = Math.max(...res.map((r) => Math.max(r.expires_ts, r.predicted_end_ts))) + 60;
-  const width = svg.clientWidth || 800, left = 150, rowH = 22, top = 18;
-  const x = (t) => left + (t - t0) / (t1 - t0) * (width - left - 10);
+  const width = svg.clientWidth || 800, rowH = 22, top = 18;
   svg.setAttribute("height", top + rowH * res.length + 8);
   svg.style.height = `${top + rowH * res.length + 8}px`;
   const ns = "http://www.w3.org/2000/svg";
   const s = (tag, attrs, text) => { const n = document.createElementNS(ns, tag); for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, v); if (text !== undefined) n.textContent = text; return n; };
-  const parts = [s("line", { class: "axis", x1: left, x2: width - 10, y1: top - 4, y2: top - 4 }),
+  // the label column is as wide as the longest label (measured), so no label is cut
+  const labels = res.map((r, i) => s("text", { class: "label", x: 4, y: top + i * rowH + 14 }, `${r.job_id} (${r.num_gpus} x ${r.gpu_type})`));
+  svg.replaceChildren(...labels);
+  const left = Math.min(Math.max(...labels.map((t) => t.getComputedTextLength()), 60) + 14, width * 0.6);
+  const x = (t) => left + (t - t0) / (t1 - t0) * (width - left - 10);
+  const parts = [...labels, s("line", { class: "axis", x1: left, x2: width - 10, y1: top - 4, y2: top - 4 }),
     s("text", { x: left, y: 11 }, fmtTime(t0)), s("text", { x: width - 70, y: 11 }, fmtTime(t1)),
     s("line", { class: "now", x1: x(now), x2: x(now), y1: top - 8, y2: top + rowH * res.length })];
   res.forEach((r, i) => {
     const y = top + i * rowH;
-    parts.push(s("text", { x: 4, y: y + 14 }, `${r.job_id} (${r.num_gpus} x ${r.gpu_type})`));
     const bar = s("rect", { x: x(r.start_ts), y: y + 3, width: Math.max(x(r.predicted_end_ts) - x(r.start_ts), 2), height: 14, rx: 3, fill: "#60a5fa" });
     bar.append(s("title", {}, `${r.job_id}: starts ${fmtTime(r.start_ts)}, predicted end ${fmtTime(r.predicted_end_ts)}, held until ${fmtTime(r.expires_ts)}`));
     parts.push(bar, s("line", { x1: x(r.expires_ts), x2: x(r.expires_ts), y1: y + 2, y2: y + 18, stroke: "#1e3a8a" }));
@@ -147,13 +160,13 @@ function renderTeams() {
   const total = state.teams.reduce((a, t) => a + t.usage_gpu_hours, 0) || 1;
   const shares = state.teams.reduce((a, t) => a + t.share, 0) || 1;
   $("#teams tbody").replaceChildren(...state.teams.map((t) => el("tr", { "data-team": t.team },
-    el("td", {}, t.team), el("td", { class: "num" }, t.share),
+    el("td", {}, t.team), el("td", { class: "num" }, `${t.share}`),
     el("td", { class: "num" }, t.usage_gpu_hours.toFixed(2)),
     el("td", { class: "wide" }, el("div", { class: "share", title: `uses ${(100 * t.usage_gpu_hours / total).toFixed(1)}% of usage, entitled to ${(100 * t.share / shares).toFixed(1)}%` },
       el("div", { class: "used", style: `width:${100 * t.usage_gpu_hours / total}%` }),
       el("div", { class: "entitled", style: `left:${100 * t.share / shares}%` }))),
     el("td", { class: "num" }, t.factor.toFixed(3)),
-    el("td", { class: "num" }, t.running_gpus), el("td", { class: "num" }, t.pending_jobs))));
+    el("td", { class: "num" }, `${t.running_gpus}`), el("td", { class: "num" }, `${t.pending_jobs}`))));
 }
 
 function renderModel() {

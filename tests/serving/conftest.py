@@ -15,6 +15,7 @@ with warnings.catch_warnings():  # starlette suggests httpx2; the httpx-based cl
 from serving.app import create_app
 from serving.service import build_service
 from serving.settings import Settings, TokenSpec
+from tests.serving.browser import browser  # noqa: F401 (a fixture for the Chromium tests)
 from tests.serving.doubles import no_model_slot
 
 TOKENS = {

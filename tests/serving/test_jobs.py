@@ -73,3 +73,32 @@ def test_changes_are_audited(client: TestClient) -> None:
         entries = audit_entries(s, target="train-1")
     assert [(e.action, e.actor, e.role) for e in entries] == [("job.delete", "ops", "admin"),
                                                               ("job.create", "alice", "member")]
+
+
+def test_another_teams_job_id_is_answered_like_a_taken_id_of_ones_own(client: TestClient) -> None:
+    """A member learns nothing of another team's jobs: POSTing an id vision holds answers exactly what
+    an id nlp itself holds with other fields answers (the id is taken), never "already exists"."""
+    assert client.post("/v1/jobs", json={"job_id": "vis-1", "team": "vision"}, headers=auth("vision")).status_code == 201
+    assert client.post("/v1/jobs", json={"job_id": "nlp-1", "team": "nlp"}, headers=auth("nlp")).status_code == 201
+    theirs = client.post("/v1/jobs", json={"job_id": "vis-1", "team": "nlp", "num_gpus": 2}, headers=auth("nlp"))
+    ours = client.post("/v1/jobs", json={"job_id": "nlp-1", "team": "nlp", "num_gpus": 2}, headers=auth("nlp"))
+    assert theirs.status_code == ours.status_code == 409
+    assert theirs.json()["detail"] == ours.json()["detail"].replace("nlp-1", "vis-1")
+    assert not [w for w in ("exist", "vision", "different") if w in theirs.json()["detail"]], theirs.text
+    assert client.get("/v1/jobs/vis-1", headers=auth("nlp")).status_code == 404
+    same = client.post("/v1/jobs", json={"job_id": "vis-1", "team": "vision"}, headers=auth("nlp"))
+    assert same.status_code == 403  # for another team: refused before any lookup
+
+
+def test_replayed_submissions_make_one_job_and_one_creation_audit(client: TestClient) -> None:
+    """Sixteen identical POSTs at once: one job, one ``job.create`` in the audit log (replays change
+    nothing, so they are not audited)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(16) as pool:
+        codes = sorted(pool.map(lambda _: client.post("/v1/jobs", json=JOB, headers=auth("scheduler")).status_code,
+                                range(16)))
+    assert codes == [200] * 15 + [201]
+    with client.service.db.session() as s:
+        entries = audit_entries(s, target="train-1")
+    assert [(e.action, e.actor) for e in entries] == [("job.create", "slurm-webhook")]

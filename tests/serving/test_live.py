@@ -39,7 +39,7 @@ def test_a_restart_loses_nothing(tmp_path: Path) -> None:
         api.post("/v1/jobs/run-0/events", json={"kind": "finished"})
         api.post("/v1/jobs", json={"job_id": "wait", "num_gpus": 32, "team": "nlp", "tier": "production"})
         policy = api.get("/v1/policy").json()["policy"]
-        api.put("/v1/policy", json={**policy, "name": "tuned"})
+        api.put("/v1/policy", json={"policy": {**policy, "name": "tuned"}})
         before = _state(api)
         with connect(base.replace("http", "ws", 1) + "/v1/stream?since=0", additional_headers=auth("admin")) as ws:
             hello = json.loads(ws.recv(timeout=10))

@@ -1,4 +1,6 @@
-"""A bounded schemathesis run (its CLI, 4.x) against a real uvicorn: no input makes the API answer 5xx."""
+"""A bounded schemathesis run (its CLI, 4.x) against a real uvicorn: no input makes the API answer 5xx
+or a response that contradicts the schema, including along the OpenAPI links between job operations
+(submit -> report an event -> read / change / withdraw: ``serving.routers.jobs.JOB_LINKS``)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ def test_no_generated_request_causes_a_server_error(tmp_path: Path) -> None:
     env = server_env(f"sqlite:///{tmp_path / 'state.db'}", tmp_path)
     with live_server(env, tmp_path / "uvicorn.log") as base:
         run = subprocess.run(
-            [*_schemathesis(), "run", f"{base}/openapi.json", "--checks", "not_a_server_error",
+            [*_schemathesis(), "run", f"{base}/openapi.json", "--checks",
+             "not_a_server_error,response_schema_conformance,content_type_conformance", "--request-timeout", "60",
              "--max-examples", "10", "--seed", "20261129", "--phases", "coverage,fuzzing,stateful",
              "--generation-database", "none", "--workers", "1", "--no-color",
              "--header", f"Authorization: Bearer {TOKENS['admin'].token}"],
@@ -37,3 +40,19 @@ def test_no_generated_request_causes_a_server_error(tmp_path: Path) -> None:
     selected = re.search(r"Selected: (\d+)/(\d+)", run.stdout)
     tested = re.search(r"Tested: (\d+)", run.stdout)
     assert selected and tested and selected.group(1) == selected.group(2) == tested.group(1), tail  # every operation
+    links = re.search(r"API Links:\s+(\d+) covered", run.stdout)
+    assert "Stateful" in run.stdout and links and int(links.group(1)) >= 4, tail  # the job links were followed
+
+
+def test_the_job_operations_are_linked() -> None:
+    """Every job document a response returns links to reading, reporting on, changing and withdrawing it."""
+    from serving.app import create_app
+    from serving.settings import Settings
+
+    spec = create_app(Settings(database_url="sqlite://", tokens=[])).openapi()
+    ops = {op["operationId"]: (path, method) for path, item in spec["paths"].items() for method, op in item.items()}
+    for source, code in (("submitJob", "201"), ("submitJob", "200"), ("postJobEvent", "200"), ("getJob", "200")):
+        path, method = ops[source]
+        links = spec["paths"][path][method]["responses"][code]["links"]
+        assert {link["operationId"] for link in links.values()} == {"getJob", "postJobEvent", "updateJob", "deleteJob"}
+        assert all(link["parameters"] == {"job_id": "$response.body#/job_id"} for link in links.values())

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from predictor.cli import main
-from serving.cli import generate_admin_tokens_file
+from serving.tokens_file import generate_admin_tokens_file
 from tests.serving.live import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 from websockets.sync.client import connect
 
-from predictor.store import Database
+from predictor.store import Database, audit_entries
 from predictor.store.tables import JobRow, StreamEventRow
 from tests.predictor.store.postgres import reset_postgres
 from tests.serving.conftest import auth
@@ -55,7 +55,7 @@ def test_two_workers_one_job_one_sequence(postgres_url: str, tmp_path: Path) -> 
             with ThreadPoolExecutor(8) as pool:  # different jobs and their events, interleaved
                 list(pool.map(lambda i: _lifecycle(api, f"job-{i}"), range(8)))
             policy = api.get("/v1/policy", headers=auth("admin")).json()["policy"]
-            assert api.put("/v1/policy", json={**policy, "name": "changed"}, headers=auth("admin")).status_code == 200
+            assert api.put("/v1/policy", json={"policy": {**policy, "name": "changed"}}, headers=auth("admin")).status_code == 200
             time.sleep(1.0)  # the other worker follows the event log
             names = {api.get("/v1/policy").json()["policy"]["name"] for _ in range(12)}
             assert names == {"changed"}
@@ -71,9 +71,11 @@ def test_two_workers_one_job_one_sequence(postgres_url: str, tmp_path: Path) -> 
             seqs = list(s.scalars(select(StreamEventRow.seq).order_by(StreamEventRow.seq)))
             created = s.scalars(select(StreamEventRow).where(StreamEventRow.kind == "job.created",
                                                              StreamEventRow.job_id == "same-job")).all()
+            audited = [e.action for e in audit_entries(s, target="same-job")]
     finally:
         db.dispose()
     assert len(created) == 1
+    assert audited == ["job.create"]  # the fifteen replays changed nothing and are not audited
     assert seqs == list(range(1, len(seqs) + 1))  # unique and gap-free across both workers
     for events in streams:  # every client, whichever worker it landed on, saw every event in order
         assert [e["seq"] for e in events[1:]] == seqs

@@ -50,5 +50,6 @@ def test_demo_runs_every_step_and_scores_a_live_queue(tmp_path: Path) -> None:
 
     # the live queue was scored by the trained champion, through the real server
     assert "submitted 40 pending jobs" in out
+    assert "reported 60 recent runs" in out and (workdir / "demo-policy.yaml").is_file()  # shares and usage
     assert f"model job-predictor/{champion.version}" in out
     assert "server stopped" in out

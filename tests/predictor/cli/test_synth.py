@@ -55,6 +55,7 @@ def test_bad_options_exit_2_with_one_line(tmp_path, capsys, extra, message):
     assert not out.exists()
 
 
-def test_missing_output_folder_is_named(tmp_path, capsys):
-    assert main(["synth", "-n", "10", "--out", str(tmp_path / "no" / "jobs.parquet")]) == 2
-    assert "does not exist" in capsys.readouterr().err
+def test_a_missing_output_folder_is_created(tmp_path):
+    """Like every --out (features.outputs): the folder is created, with its parents."""
+    assert main(["synth", "-n", "10", "--out", str(tmp_path / "no" / "jobs.parquet"), "--no-progress"]) == 0
+    assert (tmp_path / "no" / "jobs.parquet").is_file()

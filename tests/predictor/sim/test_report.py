@@ -59,7 +59,7 @@ def test_html_is_self_contained_with_every_plot_and_the_metric_table(tmp_path):
     assert page.count("data:image/png;base64,") == 3
     assert "http://" not in page and "https://" not in page  # opens offline
     for key in METRIC_KEYS:
-        assert f"<th>{key}</th>" in page
+        assert f"<span class='key'>{key}</span>" in page  # one row per metric
     for heading in ("Job completion time", "Queue and utilisation", "Team shares"):
         assert f"<h2>{heading}</h2>" in page
-    assert "<td>fifo</td>" in page and "<td>reverse</td>" in page
+    assert "<th>fifo</th>" in page and "<th>reverse</th>" in page  # one column per policy
