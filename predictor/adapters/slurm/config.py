@@ -57,7 +57,7 @@ def priority_weight_lines(policy: ClusterPolicy) -> list[str]:
     if policy.preemption_enabled:
         lines += ["PreemptType=preempt/qos", f"PreemptMode={'REQUEUE' if policy.preemption_requeue else 'CANCEL'}"]
     else:
-        lines.append("PreemptType=preempt/none")
+        lines += ["PreemptType=preempt/none", "PreemptMode=OFF  # slurmctld refuses preempt/none beside another mode"]
     return lines
 
 
@@ -78,8 +78,10 @@ def qos_commands(policy: ClusterPolicy, qos_names: dict[str, str] | None = None)
             argv.append(f"Description={t.description}")
         if policy.preemption_enabled:
             preempt = ",".join(names[o] for o in t.can_preempt)
-            argv += [f"Preempt={preempt}", f"PreemptMode={mode}",
-                     f"GraceTime={int(math.ceil(policy.preemption_grace_s))}"]
+            # no empty "Preempt=": on 22.05 a QoS once given a list (even an empty one) makes every later
+            # Preempt= naming it fail with "QOS Preemption loop detected", so the list could not run twice
+            argv += ([f"Preempt={preempt}"] if preempt else []) + [
+                f"PreemptMode={mode}", f"GraceTime={int(math.ceil(policy.preemption_grace_s))}"]
         cmds.append(argv)
     return cmds
 

@@ -211,8 +211,9 @@ def test_generated_configuration_is_accepted_by_slurm(cluster):
         tiers=(TierSpec("production", 1.0, 100_000, ("best_effort",)), TierSpec("best_effort", 0.0, 0)),
         teams=(TeamSpec("vision", 2.0, 8, 4), TeamSpec("nlp", 0.5)),
         weights={"tier": 3.0, "age": 2.0, "fairshare": 1.5, "shortness": 3.0}, name="live")
-    for argv in qos_commands(policy) + account_commands(policy):
-        cluster.run(*argv, check=argv[2] != "add")  # add exits 1 when an earlier test made the QoS
+    for _ in range(2):  # the generated script can be run again: every modify succeeds the second time too
+        for argv in qos_commands(policy) + account_commands(policy):
+            cluster.run(*argv, check=argv[2] != "add")  # add exits 1 when an earlier test made the QoS
     qos = cluster.run("sacctmgr", "-n", "-P", "show", "qos", "format=name,priority,preempt,preemptmode,gracetime").stdout
     assert "production|1000|best_effort|requeue|00:02:00" in qos.splitlines()
     assocs = cluster.run("sacctmgr", "-n", "-P", "show", "assoc", "where", "user=", "format=account,fairshare,grptres").stdout
