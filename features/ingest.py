@@ -94,6 +94,7 @@ def ingest(
     chunk_rows: int = 200_000,
     timezone: str | None = None,
     log_end_ts: float | None = None,
+    require_parsed_rows: bool = True,
 ) -> IngestSummary:
     """Read job logs, validate them, write the canonical table and its rejects.
 
@@ -113,6 +114,9 @@ def ingest(
         IANA zone for timestamps written without an offset (format default when omitted).
     log_end_ts : float, optional
         When the log ends, epoch seconds; overrides what the reader or the data say.
+    require_parsed_rows : bool, default True
+        A file in which not one row parses is an error (it is of another kind). False for exports
+        this project ran itself (``predictor ingest --from-slurm``), whose rejects are kept.
 
     Returns
     -------
@@ -164,7 +168,8 @@ def ingest(
                         jobs_sink.write(kept)
                         rejects_sink.write(rejected)
                 advance(tracker.bytes_done())
-        _no_row_parsed(state, format, paths)
+        if require_parsed_rows:
+            _no_row_parsed(state, format, paths)
         with output_errors(out):
             jobs_sink.write(state.finish())
             rejects_sink.finish(tmp / "rejects.parquet")

@@ -121,7 +121,8 @@ def append_ingest(format: str, export: Exporter, out: Path, *, source: str, sinc
             (tmp / "export").mkdir()
             paths, until_ts = export(tmp / "export", since_ts)
             fresh = tmp / "fresh.parquet"
-            summary = ingest(format, paths, fresh, timezone=timezone, log_end_ts=until_ts, chunk_rows=chunk_rows)
+            summary = ingest(format, paths, fresh, timezone=timezone, log_end_ts=until_ts, chunk_rows=chunk_rows,
+                             require_parsed_rows=False)  # our own export: a lone bad record is a reject
             new = conform(pd.read_parquet(fresh))
             ended = new["state"].isin(list(TERMINAL_STATES)).to_numpy()
             old = conform(pd.read_parquet(out)) if out.is_file() else conform(pd.DataFrame())

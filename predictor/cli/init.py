@@ -68,7 +68,9 @@ def register(app: typer.Typer) -> None:
         """Write policy.yaml (teams: Slurm accounts or namespaces with LocalQueues; tiers mapped to the
         cluster's QoS or PriorityClasses) and inventory.yaml, read from the cluster.
 
-        Example: predictor init --target slurm --out site/ && cd site && predictor slurm config --policy policy.yaml
+        Example: predictor init --target slurm --out site/
+
+        Then, from site/: predictor slurm config --policy policy.yaml
         """
         from predictor.policy.presets import load_policy
 

@@ -262,6 +262,8 @@ def _run_items(run: Mapping) -> list[tuple[str, str]]:
          ", ".join(f"{n:,} {esc(why)}" for why, n in v.items()))
     take("censored_durations_replayed_as_lower_bounds", "censored run times replayed as lower bounds",
          lambda v: f"{v:,}")
+    take("gpu_requests_replayed_on_any_type", "GPU requests the inventory lacks (replayed on any type)",
+         lambda v: "none" if not v else ", ".join(f"{esc(str(k))}: {n:,} jobs" for k, n in v.items()))
     take("slowdown_truth", "placement slowdowns from", lambda v: esc(str(v)))
     take("policies", "policies", lambda v: "<br>".join(
         f"<b>{esc(name)}</b>: {esc(p['summary'])} (preset <code>{esc(str(p['preset']))}</code>, "

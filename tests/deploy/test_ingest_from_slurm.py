@@ -58,7 +58,7 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def test_appends_only_new_jobs_and_is_idempotent(cluster: SlurmCluster, tmp_path: Path) -> None:
+def test_appends_only_new_jobs_and_is_idempotent(cluster: SlurmCluster, tmp_path: Path, capsys) -> None:
     out = tmp_path / "history.parquet"
     start = time.time() - 1
     first = _run_jobs(cluster, ["vision", "nlp"])
@@ -73,9 +73,13 @@ def test_appends_only_new_jobs_and_is_idempotent(cluster: SlurmCluster, tmp_path
     assert mark is not None and mark >= start
 
     second = _run_jobs(cluster, ["research"])
-    assert main(["ingest", "--from-slurm", "--out", str(out)]) == 0  # from the watermark on
+    capsys.readouterr()
+    assert main(["ingest", "--from-slurm", "--out", str(out), "--json"]) == 0  # from the watermark on
+    summary = capsys.readouterr().out
     grown = pd.read_parquet(out)
-    assert set(grown["job_id"]) == set(table["job_id"]) | set(second) and grown["job_id"].is_unique
+    seen = cluster.run("sacct", "-a", "-P", "-n", "-j", ",".join(second), "--format=JobID,State,Submit,End").stdout
+    assert set(grown["job_id"]) == set(table["job_id"]) | set(second), (summary, seen)
+    assert grown["job_id"].is_unique
     before = grown.set_index("job_id").loc[table["job_id"]].reset_index()
     pd.testing.assert_frame_equal(before, table, check_like=True)  # earlier rows unchanged
 
