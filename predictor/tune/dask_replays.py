@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import cloudpickle
-from distributed import Client, Future, LocalCluster, WorkerPlugin
+from distributed import Client, Future, LocalCluster, WorkerPlugin, as_completed
 
 from features.errors import InputError
 from predictor.capacity.inventory import Inventory
@@ -180,14 +180,17 @@ class WindowReplays:
     def run(self, items: Sequence[tuple[str, str, PolicyConfig, str]]) -> list[ReplayOutcome | BaseException]:
         """Replay every ``(label, name, policy, predictions)`` in parallel; outcomes in order, a task's
         exception in its place."""
-        futures = [self.submit(*item) for item in items]
-        out: list[ReplayOutcome | BaseException] = []
-        for fut in futures:
+        futures = {self.submit(*item): i for i, item in enumerate(items)}
+        out: list[ReplayOutcome | BaseException | None] = [None] * len(items)
+        # each result is fetched as soon as its task ends and the task then released: a result left in
+        # a worker's memory would be lost with the worker, and its trial computed again
+        for fut in as_completed(list(futures), loop=self.client.loop):
             try:
-                out.append(fut.result())
+                out[futures[fut]] = fut.result()
             except Exception as exc:  # noqa: BLE001 - reported per task by the caller
-                out.append(exc)
-        return out
+                out[futures[fut]] = exc
+            fut.release()
+        return out  # type: ignore[return-value]
 
 
 class DaskReplayMany:
