@@ -115,43 +115,75 @@ def _xy(m: Mapping) -> tuple[float, float] | None:
     return float(x), float(y)
 
 
-def front_plot(result: TuneResult) -> str:
-    """Average JCT against maximum wait on the tuning window: every trial, the front coloured by SLA
-    misses, QSSF, FIFO and the base policy marked, the chosen point ringed (base64 PNG)."""
-    fig, ax = plt.subplots(figsize=(9, 6))
-    others = [p for t in result.search.trials if t.ok and t.number not in result.search.front
-              if (p := _xy(t.metrics or {}))]
+def _panel(ax, result: TuneResult, others, front, zoom: bool):
     if others:
         ax.scatter(*zip(*others, strict=True), s=14, c="#bbbbbb", label="other trials", zorder=1)
-    front = [(p, (t.metrics or {}).get("sla_misses") or 0) for t in result.search.front_trials()
-             if (p := _xy(t.metrics or {}))]
+    sc = None
     if front:
         pts, sla = zip(*front, strict=True)
         sc = ax.scatter(*zip(*pts, strict=True), c=sla, cmap="viridis", s=46, edgecolors="k", linewidths=0.4,
-                        label="Pareto front", zorder=3)
-        fig.colorbar(sc, ax=ax, label="SLA misses (tuning window)")
+                        vmin=min(sla), vmax=max(max(sla), min(sla) + 1), label="Pareto front", zorder=3)
     marks = {"qssf": ("X", "#d62728", "QSSF"), "fifo": ("s", "#222222", "FIFO"), "ours": ("D", "#1f77b4", "ours (base)")}
     for name, (marker, colour, label) in marks.items():
         p = _xy(result.tuning_baselines.get(name, {}))
         if p:
             ax.scatter([p[0]], [p[1]], marker=marker, s=120, c=colour, label=label, zorder=4)
-            ax.annotate(label, p, textcoords="offset points", xytext=(6, 6), fontsize=9, color=colour)
+            ax.annotate(label, p, textcoords="offset points", xytext=(7, 7), fontsize=9, color=colour)
     chosen = _xy(result.chosen.metrics or {})
     if chosen:
-        ax.scatter([chosen[0]], [chosen[1]], s=260, facecolors="none", edgecolors="#ff7f0e", linewidths=2.2,
+        ax.scatter([chosen[0]], [chosen[1]], s=300, facecolors="none", edgecolors="#ff7f0e", linewidths=2.2,
                    label=f"chosen (trial {result.chosen.number})", zorder=5)
-    xs = [p[0] for p in others + [q for q, _ in front]]
-    ys = [p[1] for p in others + [q for q, _ in front]]
-    if xs and min(xs) > 0 and max(xs) / min(xs) > 20:
-        ax.set_xscale("log")
-    if ys and min(ys) > 0 and max(ys) / min(ys) > 20:
-        ax.set_yscale("log")
+    if zoom:  # the front and QSSF, with a margin
+        keep = [q for q, _ in front] + [p for p in (_xy(result.tuning_baselines.get("qssf", {})),) if p]
+        xs, ys = [q[0] for q in keep], [q[1] for q in keep]
+        dx, dy = (max(xs) - min(xs)) or abs(xs[0]) * 0.05 or 1.0, (max(ys) - min(ys)) or abs(ys[0]) * 0.05 or 1.0
+        ax.set_xlim(min(xs) - 0.15 * dx, max(xs) + 0.15 * dx)
+        ax.set_ylim(min(ys) - 0.15 * dy, max(ys) + 0.15 * dy)
+        ax.set_title("Zoom: the front and QSSF")
+    else:
+        ax.set_title("Every trial (lower left is better)")
+        ax.legend(fontsize=8, loc="best")
     ax.set_xlabel("average JCT on the tuning window (s)")
     ax.set_ylabel("maximum wait on the tuning window (s)")
-    ax.set_title("Trials: average JCT against maximum wait (lower left is better)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    return sc
+
+
+def front_plot(result: TuneResult) -> str:
+    """Average JCT against maximum wait on the tuning window: every trial, the front coloured by SLA
+    misses, QSSF, FIFO and the base policy marked, the chosen point ringed; beside it a zoom on the
+    front and QSSF (base64 PNG)."""
+    others = [p for t in result.search.trials if t.ok and t.number not in result.search.front
+              if (p := _xy(t.metrics or {}))]
+    front = [(p, (t.metrics or {}).get("sla_misses") or 0) for t in result.search.front_trials()
+             if (p := _xy(t.metrics or {}))]
+    fig, (full, zoom) = plt.subplots(1, 2, figsize=(14, 6), gridspec_kw={"width_ratios": [1.1, 1]})
+    sc = _panel(full, result, others, front, zoom=False)
+    if front:
+        _panel(zoom, result, others, front, zoom=True)
+    else:
+        zoom.set_visible(False)
+    if sc is not None:
+        fig.colorbar(sc, ax=[full, zoom], label="SLA misses on the tuning window (front points)")
     return _png(fig)
+
+
+def _verdict(result: TuneResult) -> str:
+    """One sentence: tuned against QSSF on the validation window."""
+    t, q = result.validation.get("tuned", {}), result.validation.get("qssf", {})
+    parts, ok = [], True
+    for metric, label in (("avg_jct_s", "average JCT"), ("max_wait_s", "maximum wait"), ("sla_misses", "SLA misses"),
+                          ("jain_index", "Jain's index")):
+        a, b = t.get(metric), q.get(metric)
+        if a is None or b is None:
+            parts.append(f"{label} undefined")
+            continue
+        good = a >= b - 1e-12 if metric in HIGHER_IS_BETTER else a <= b + 1e-12
+        ok &= good
+        rel = f" ({(a - b) / b:+.1%})" if b else ""
+        parts.append(f"{label} {_fmt(a)} against {_fmt(b)}{rel}")
+    head = ("at least as good as QSSF on all four" if ok else "not at least as good as QSSF on all four")
+    return f"On the validation window the tuned policy is {head}: " + "; ".join(parts) + "."
 
 
 _CSS = """
@@ -246,7 +278,8 @@ def render_html(result: TuneResult) -> str:
 <p>Split of {s.jobs_in_input:,} jobs by submit time:</p><ul class="note">{split}</ul>
 <h2>Chosen policy (trial {result.chosen.number})</h2>
 <p><b>Rule:</b> {html.escape(result.choice.rule)}</p>{warn}
-<h2>Validation window (never seen by a trial)</h2>{_validation_table(result)}
+<h2>Validation window (never seen by a trial)</h2>
+<p>{html.escape(_verdict(result))}</p>{_validation_table(result)}
 <p class="note">Best value per column highlighted (sjf-oracle, which knows the true run times, is left out
 of the ranking). <b>tuned</b> is the chosen policy; <b>ours</b> the base policy untuned.</p>
 <h2>The front on the tuning window</h2>
