@@ -29,7 +29,7 @@ from predictor.tune.dask_replays import ReplayOutcome, WindowReplays
 from predictor.tune.objectives import DEFAULT_OBJECTIVES, Objective, parse_objectives
 from predictor.tune.search import SearchResult, TrialRecord, front_points, search
 from predictor.tune.space import SEARCH_SPACE, Parameter, check_space, policy_with
-from predictor.tune.windows import TuningSplit, split_windows
+from predictor.tune.windows import TuningSplit, Window, split_windows
 
 __all__ = ["TuneSettings", "TuneResult", "tune_policy", "TUNING_BASELINES", "VALIDATION_POLICIES"]
 
@@ -84,7 +84,8 @@ def _outcome(name: str, out: ReplayOutcome | BaseException) -> ReplayOutcome:
 
 def tune_policy(jobs: pd.DataFrame, inventory: Inventory, client: Client, settings: TuneSettings | None = None, *,
                 policy_file: str | None = None, on_phase: Callable[[str], None] | None = None,
-                on_generation: Callable[[Sequence[TrialRecord]], None] | None = None) -> TuneResult:
+                on_generation: Callable[[Sequence[TrialRecord]], None] | None = None,
+                windows: tuple[TuningSplit, Window, Window] | None = None) -> TuneResult:
     """Run a study on ``client``; see the module docstring.
 
     Parameters
@@ -98,6 +99,9 @@ def tune_policy(jobs: pd.DataFrame, inventory: Inventory, client: Client, settin
         The base policy (tiers, teams, switches); the presets of the baselines are laid over it too.
     on_phase, on_generation : callable, optional
         Progress: a line per phase; each generation's trial records once told.
+    windows : tuple, optional
+        ``split_windows``'s result for ``jobs`` and ``inventory`` with the settings' fractions, when
+        it was computed already (several studies on one split); by default it is computed here.
     """
     cfg = settings or TuneSettings()
     say = on_phase or (lambda _m: None)
@@ -106,7 +110,7 @@ def tune_policy(jobs: pd.DataFrame, inventory: Inventory, client: Client, settin
     presets = {n: load_policy(POLICIES[n].preset, base_file=policy_file)
                for n in dict.fromkeys(TUNING_BASELINES + VALIDATION_POLICIES)}
     started = time.perf_counter()
-    split, tune_window, validate_window = split_windows(
+    split, tune_window, validate_window = windows or split_windows(
         jobs, inventory, train_fraction=cfg.train_fraction, validate_fraction=cfg.validate_fraction,
         fit_options=cfg.fit_options, on_phase=say)
     for line in split.describe():
