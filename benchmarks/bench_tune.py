@@ -82,6 +82,7 @@ def section_rate(windows, inventory, trials: int, population: int, seed: int) ->
         children0 = _children_cpu_s()
         with dask_client(workers=k) as client, \
                 WindowReplays(client, tune_window, inventory, SimConfig(), MetricsConfig()) as window:
+            out["window_payload_bytes_per_job"] = round(len(window.plugin.payload) / split.tune_jobs)
             warm = window.run([(f"warm-{i}", "fifo", load_policy("fifo"), "none") for i in range(k)])
             if any(isinstance(w, BaseException) for w in warm):
                 raise RuntimeError(f"warm-up failed: {warm}")
