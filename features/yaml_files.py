@@ -33,8 +33,8 @@ def read_yaml_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"{what} {path}:{where}: not valid YAML ({problem})") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
+        raise InputError(f"{what} {path}{':' + where if where else ''}: not valid YAML ({problem})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

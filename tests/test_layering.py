@@ -3,8 +3,10 @@
 * Packages: features <- models <- predictor <- serving. Each may import only itself and the packages
   below it; `predictor serve` lives in `serving.cli` and reaches the command line through the
   `predictor.commands` entry point, never through an import statement.
-* Inside `predictor/`: capacity < policy < engine < store < queue < {adapters, sim, tune, nodeinfo} < cli.
+* Inside `predictor/`: capacity < policy < engine < store < queue < {adapters, sim, nodeinfo} < tune < cli.
   A subpackage imports only subpackages earlier in that order (siblings of one rank not each other).
+  ``tune`` ranks above ``sim`` and ``adapters``: it searches policies by replaying them (sim) and writes
+  the chosen one out through the Slurm and Kueue generators (adapters).
 * No import cycle between modules, counting every import: at module level, inside functions and
   under ``TYPE_CHECKING``.
 """
@@ -20,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["features", "models", "predictor", "serving"]
 PREDICTOR_ORDER = {"capacity": 0, "policy": 1, "engine": 2, "store": 3, "queue": 4, "adapters": 5, "sim": 5,
-                   "tune": 5, "nodeinfo": 5, "cli": 6}
+                   "nodeinfo": 5, "tune": 6, "cli": 7}
 
 
 @cache

@@ -266,6 +266,8 @@ def load_inventory(spec: str | Path) -> Inventory:
     path = Path(text)
     if not path.exists():
         raise InputError(f"inventory {text!r} is neither a GPU count nor an existing file")
+    if not path.is_file():
+        raise InputError(f"inventory {text!r} is not a file")
     if path.suffix in (".yaml", ".yml"):
         return inventory_from_yaml(path)
     if path.with_suffix(".header").exists():

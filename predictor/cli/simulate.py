@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -87,6 +88,10 @@ def register(app: typer.Typer) -> None:
             "also ask the rules layer every this many seconds while jobs queue (a scheduler cycle); "
             "default: only on events and the plan's revisit"))] = None,
         progress: Annotated[bool, typer.Option(help="show a progress bar per replay")] = True,
+        workers: Annotated[int | None, typer.Option("--workers", help=(
+            "replay the policies in parallel on a local Dask cluster of K worker processes"))] = None,
+        dask_scheduler: Annotated[str | None, typer.Option("--dask-scheduler", help=(
+            "replay the policies in parallel on an existing Dask scheduler (tcp://HOST:8786)"))] = None,
     ) -> None:
         """Replay a job history on an inventory under several policies; write report.json + report.html.
 
@@ -117,9 +122,10 @@ def register(app: typer.Typer) -> None:
             sim=SimConfig(default_checkpoint_s=default_checkpoint_s, show_progress=progress, cycle_s=cycle_s),
             metrics=MetricsConfig(starvation_s=starvation_hours * 3600.0, fairness_window_s=fairness_window_s),
         )
-        records, run = run_experiment(frame, inventory, names, config,
-                                      policy_file=None if policy_file is None else str(policy_file),
-                                      on_phase=lambda msg: _out.print(f"[dim]{msg}[/]"))
+        with _replay_many(workers, dask_scheduler) as replay_many:
+            records, run = run_experiment(frame, inventory, names, config,
+                                          policy_file=None if policy_file is None else str(policy_file),
+                                          on_phase=lambda msg: _out.print(f"[dim]{msg}[/]"), replay_many=replay_many)
         run = {"jobs_file": str(jobs), "cluster": cluster, "rows_rejected_by_validation": int(len(rejects)), **run}
         if len(rejects):
             write_atomic(out / "rejects.csv", lambda p: rejects.to_csv(p, index=False))
@@ -194,6 +200,18 @@ _COLUMNS = {
     "preemptions": ("preempt", lambda v: f"{int(v):,}"),
     "gpu_hours_lost": ("GPU-h lost", lambda v: f"{v:,.1f}"),
 }
+
+
+@contextmanager
+def _replay_many(workers: int | None, scheduler: str | None):
+    """Replays on Dask (``--workers`` / ``--dask-scheduler``), or None: one after another here."""
+    if workers is None and scheduler is None:
+        yield None
+        return
+    from predictor.tune.dask_replays import DaskReplayMany, dask_client
+
+    with dask_client(workers, scheduler) as client:
+        yield DaskReplayMany(client)
 
 
 def _print_table(json_path: Path) -> None:

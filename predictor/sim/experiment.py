@@ -31,7 +31,8 @@ from predictor.sim.record import ReplayRecord
 from predictor.sim.replay import SimConfig, replay
 from predictor.sim.workload import JobTable, load_workload, requests_on_inventory
 
-__all__ = ["PolicySpec", "POLICIES", "ExperimentConfig", "Split", "split_history", "run_experiment"]
+__all__ = ["PolicySpec", "POLICIES", "ExperimentConfig", "Split", "split_history", "run_experiment", "ReplayMany",
+           "replay_each"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,25 @@ POLICIES: dict[str, PolicySpec] = {
         PolicySpec("ours-oracle", "ours", "oracle", "the full rules layer with TRUE durations/memory (oracle)"),
     )
 }
+
+
+#: Replays ``(name, policy, predictions)`` runs of one workload on one inventory and returns their
+#: records in the order given (``run_experiment``'s ``replay_many``).
+ReplayMany = Callable[[JobTable, Inventory, Sequence[tuple[str, PolicyConfig, PredictionTable]], SimConfig],
+                      Sequence[ReplayRecord]]
+
+
+def replay_each(table: JobTable, inventory: Inventory, runs: Sequence[tuple[str, PolicyConfig, PredictionTable]],
+                sim: SimConfig, *, on_phase: Callable[[str], None] | None = None) -> list[ReplayRecord]:
+    """The default :data:`ReplayMany`: each run in turn, in this process."""
+    from predictor.sim.rules import PolicyRules
+
+    say = on_phase or (lambda _msg: None)
+    records = []
+    for name, policy, pred in runs:
+        say(f"replaying {len(table):,} job{'s' if len(table) != 1 else ''} under {name}")
+        records.append(replay(table, inventory, PolicyRules(name, policy, table, inventory, pred), pred, sim))
+    return records
 
 
 @dataclass(frozen=True)
@@ -120,6 +140,7 @@ def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[
                    config: ExperimentConfig | None = None, *, policy_file: str | None = None,
                    on_phase: Callable[[str], None] | None = None,
                    adjust_policy: Callable[[PolicyConfig], PolicyConfig] | None = None,
+                   replay_many: ReplayMany | None = None,
                    ) -> tuple[list[ReplayRecord], dict]:
     """Replay ``jobs`` on ``inventory`` under each named policy.
 
@@ -139,6 +160,9 @@ def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[
     adjust_policy : callable, optional
         Applied to every loaded policy before its replay (a benchmark varying one setting, e.g.
         ``queueing.scheduling_depth``, across every preset).
+    replay_many : callable, optional
+        Replays the policies (:data:`ReplayMany`); default :func:`replay_each`, one after another in
+        this process (``predictor.tune.dask_replays.DaskReplayMany`` replays them in parallel on Dask).
 
     Returns
     -------
@@ -147,7 +171,7 @@ def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[
         What was replayed: input size, split, skipped rows, inventory, assumptions (``report.json``'s
         ``run`` section).
     """
-    from predictor.sim.rules import PolicyRules, load_policy
+    from predictor.sim.rules import load_policy
 
     cfg = config or ExperimentConfig()
     say = on_phase or (lambda _msg: None)
@@ -162,7 +186,7 @@ def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[
     table, truth = load_workload(replayed)
     predictions: dict[str, PredictionTable] = {}
     fits: list[dict] = []
-    records: list[ReplayRecord] = []
+    runs: list[tuple[str, PolicyConfig, PredictionTable]] = []
     for spec, path in specs:
         if spec.predictions not in predictions:
             source = _source(spec.predictions, split, cfg, say)
@@ -172,9 +196,12 @@ def run_experiment(jobs: pd.DataFrame, inventory: Inventory, policies: Sequence[
         policy = load_policy(spec.preset if path is None else path, base_file=policy_file)
         if adjust_policy is not None:
             policy = adjust_policy(policy)
-        say(f"replaying {len(table):,} job{'s' if len(table) != 1 else ''} under {spec.name}")
-        rules = PolicyRules(spec.name, policy, table, inventory, predictions[spec.predictions])
-        records.append(replay(table, inventory, rules, predictions[spec.predictions], cfg.sim))
+        runs.append((spec.name, policy, predictions[spec.predictions]))
+    if replay_many is None:
+        records = replay_each(table, inventory, runs, cfg.sim, on_phase=say)
+    else:
+        say(f"replaying {len(table):,} jobs under {', '.join(name for name, _, _ in runs)} in parallel")
+        records = list(replay_many(table, inventory, runs, cfg.sim))
     run = _run_info(split, table, truth, inventory, specs, predictions, cfg)
     run["trained_models"] = fits
     run["gpu_requests_replayed_on_any_type"] = any_type
