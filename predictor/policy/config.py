@@ -115,13 +115,13 @@ class FactorSettings(_Section):
 class AgingConfig(_Section):
     """Rule *starvation guard* (``predictor.policy.ordering``; bound and proof in docs/rules-layer.md, *The no-starvation bound*)."""
 
-    starvation_after_s: float | None = Field(DAY, gt=0, description=(
+    starvation_after_s: float | None = Field(7 * DAY, gt=0, description=(
         "starvation guard: the longest a job waits before it starves (T_max); a starving job is ordered "
         "ahead of every job that starts starving after it, in the guard band (null: no guard)"))
-    starvation_run_time_factor: float | None = Field(None, gt=0, description=(
+    starvation_run_time_factor: float | None = Field(4.0, gt=0, description=(
         "if set, a job starves after clamp(factor x its predicted p90, starvation_min_s, "
         "starvation_after_s) instead of starvation_after_s (null: starvation_after_s for every job)"))
-    starvation_min_s: float = Field(3600.0, gt=0, description=(
+    starvation_min_s: float = Field(2 * HOUR, gt=0, description=(
         "lower clamp of the run-time-relative threshold (starvation_run_time_factor)"))
     guard_depth: int | None = Field(1, ge=1, le=1_000_000, description=(
         "how many starving jobs enter the guard band at once, the earliest to start starving first; "
@@ -129,9 +129,9 @@ class AgingConfig(_Section):
 
     @model_validator(mode="after")
     def _clamp_ordered(self) -> AgingConfig:
-        if (self.starvation_run_time_factor is not None and self.starvation_after_s is not None
-                and self.starvation_min_s > self.starvation_after_s):
-            raise ValueError("starvation_min_s must not exceed starvation_after_s")
+        # a T_max below the lower clamp lowers the clamp with it: "starve after 5000 s" means at most 5000 s
+        if self.starvation_after_s is not None and self.starvation_min_s > self.starvation_after_s:
+            object.__setattr__(self, "starvation_min_s", float(self.starvation_after_s))
         return self
 
 
@@ -156,7 +156,7 @@ class QuotaConfig(_Section):
 
 
 class ReservationConfig(_Section):
-    depth: int = Field(8, ge=0, le=10_000, description=(
+    depth: int = Field(1, ge=0, le=10_000, description=(
         "how many blocked jobs get a reservation per cycle, highest priority first (like Slurm's "
         "bf_max_job_test); 0 disables reservations"))
     backfill: Literal["p90", "none"] = Field("p90", description=(
@@ -219,9 +219,9 @@ def _default_tiers() -> dict[str, TierConfig]:
     return {
         "production": TierConfig(rank=1.0, kueue_priority=100_000, can_preempt=("research", "best_effort"),
                                  sla_class="gold", description="production training and inference jobs"),
-        "debug": TierConfig(rank=0.8, kueue_priority=50_000, can_preempt=("best_effort",),
+        "debug": TierConfig(rank=0.8, kueue_priority=50_000, can_preempt=(),
                             sla_class="interactive", description="interactive debugging sessions"),
-        "sla": TierConfig(rank=0.6, kueue_priority=20_000, can_preempt=("best_effort",),
+        "sla": TierConfig(rank=0.6, kueue_priority=20_000, can_preempt=(),
                           sla_class="standard", description="training runs with a deadline"),
         "research": TierConfig(rank=0.3, kueue_priority=10_000, description="research training"),
         "best_effort": TierConfig(rank=0.0, kueue_priority=0, description="preemptible, runs on spare GPUs"),
@@ -244,7 +244,7 @@ def _default_aliases() -> dict[str, str]:
 
 
 def _default_weights() -> dict[str, float]:
-    return {"tier": 3.0, "sla": 3.0, "age": 2.0, "fairshare": 1.5, "shortness": 6.0, "topology": 0.5}
+    return {"tier": 3.0, "sla": 3.0, "age": 2.0, "fairshare": 1.5, "shortness": 60.0, "topology": 0.5}
 
 
 class PolicyConfig(_Section):

@@ -90,7 +90,7 @@ def test_minimum_runtime_protects_young_jobs_and_sets_a_revisit_time():
 @pytest.mark.parametrize(
     "preemptor, victim_tier, preempts",
     [("production", "best_effort", True), ("production", "research", True), ("sla", "research", False),
-     ("research", "best_effort", False), ("debug", "best_effort", True)],
+     ("research", "best_effort", False), ("debug", "best_effort", False)],  # debug preempts nobody by default
 )
 def test_tier_rules(preemptor, victim_tier, preempts):
     running = [be(f"v{i}", f"node-000{i}").tier(victim_tier) for i in range(2)]
@@ -114,7 +114,9 @@ def test_no_preemption_when_the_wait_is_short():
 
 
 def test_deadline_triggers_preemption_but_not_for_a_job_already_at_risk():
-    policy = policy_from_mapping({"preemption": {"trigger_wait_s": 10_000, "min_runtime_s": 0}})
+    sla_preempts = {**{k: v.model_dump() for k, v in policy_from_mapping({}).tiers.items()}}
+    sla_preempts["sla"]["can_preempt"] = ["best_effort"]  # the default gives SLA jobs no victims: this test does
+    policy = policy_from_mapping({"preemption": {"trigger_wait_s": 10_000, "min_runtime_s": 0}, "tiers": sla_preempts})
     running = [make_running(f"r{i}").gpus(8).on(f"node-000{i}").tier("best_effort").started(0).ends(NOW + 3000)
                for i in range(2)]
     savable = urgent("savable", tier="sla").deadline(NOW + 5000)  # 3000 wait + 3600 run > 5000 left

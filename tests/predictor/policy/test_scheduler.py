@@ -10,6 +10,11 @@ from tests.builders import SnapshotBuilder, make_job, make_running
 
 TWO_NODES = homogeneous_inventory(16)  # node-0000, node-0001: 8 GPUs each, one rack
 OURS = load_policy()
+#: Tier before size, reservations several deep: the mechanics of reservations and backfill show on it
+#: (the default orders shortest first, so a big production job rarely blocks the head there).
+TIER_FIRST = policy_from_mapping({"weights": {"tier": 3.0, "sla": 3.0, "age": 2.0, "fairshare": 1.5, "shortness": 6.0,
+                                              "topology": 0.5}, "reservation": {"depth": 8},
+                                 "aging": {"starvation_after_s": 86_400.0, "starvation_run_time_factor": None}})
 NOW = 10_000.0
 
 
@@ -53,7 +58,7 @@ def test_reservation_and_backfill_by_p90():
     jobs = [make_job("big").gpus(8).predict(3000).tier("production").submitted(0),
             make_job("short").gpus(4).predict(400, 500).tier("research").submitted(100),
             make_job("long").gpus(4).predict(2000, 3000).tier("research").submitted(200)]
-    plan, _ = plan_of(*jobs, running=reservation_cluster())
+    plan, _ = plan_of(*jobs, running=reservation_cluster(), policy=TIER_FIRST)
     d = by_id(plan)
     res = d["big"].reservation
     assert d["big"].action == "reserve" and res.start_ts == NOW + 1000
@@ -66,7 +71,7 @@ def test_reservation_and_backfill_by_p90():
 
 
 def test_no_backfill_when_reservations_are_not_lent():
-    policy = policy_from_mapping({"reservation": {"backfill": "none"}})
+    policy = TIER_FIRST.model_copy(update={"reservation": TIER_FIRST.reservation.model_copy(update={"backfill": "none"})})
     jobs = [make_job("big").gpus(8).predict(3000).tier("production").submitted(0),
             make_job("short").gpus(4).predict(400, 500).tier("research").submitted(100)]
     plan, _ = plan_of(*jobs, running=reservation_cluster(), policy=policy)

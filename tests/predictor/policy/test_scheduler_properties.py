@@ -158,10 +158,13 @@ def test_waiting_longer_never_lowers_priority(running, pending, preset, longer, 
 @given(running=running_jobs(), later_jobs=pending_jobs(), waited=st.floats(0, 3 * 86_400),
        tier=st.sampled_from(TIERS), size=st.integers(1, 8), p50=st.floats(10, 1e6))
 def test_no_starvation_bound(running, later_jobs, waited, tier, size, p50):
-    """With the default policy, a job that has waited T = aging.starvation_after_s, with no job that
-    started starving before it still pending, is ordered ahead of every job submitted after it,
-    whatever those are, and holds a start or a reservation."""
-    policy = load_policy()
+    """With the default policy and one threshold for every job (T = aging.starvation_after_s; the
+    run-time-relative thresholds are covered by the guard-band test below), a job that has waited T,
+    with no job that started starving before it still pending, is ordered ahead of every job submitted
+    after it, whatever those are, and holds a start or a reservation."""
+    base = load_policy()
+    policy = policy_from_mapping({**base.model_dump(), "aging": {**base.aging.model_dump(),
+                                                                 "starvation_run_time_factor": None}})
     bound = policy.aging.starvation_after_s
     submit = NOW - bound - waited
     job = make_job("J").gpus(size).predict(p50).tier(tier).submitted(submit)
