@@ -72,7 +72,8 @@ class Parameter:
 #: The searched settings (docs/tuning.md, *The search space*, explains each group).
 SEARCH_SPACE: tuple[Parameter, ...] = (
     # factor weights of the multifactor priority (priority = weighted sum / sum of weights)
-    Parameter("weights.shortness", 0.0, 20.0),
+    # shortness is the default's backbone (60 against single digits): searched on a log scale around it
+    Parameter("weights.shortness", 1.0, 200.0, log=True),
     Parameter("weights.age", 0.0, 10.0),
     Parameter("weights.tier", 0.0, 10.0),
     Parameter("weights.sla", 0.0, 10.0),
@@ -81,6 +82,9 @@ SEARCH_SPACE: tuple[Parameter, ...] = (
     # caps: where the age factor saturates, and the wait after which a job starves (guard band)
     Parameter("factors.age.cap_s", HOUR, 7 * DAY, log=True),
     Parameter("aging.starvation_after_s", HOUR, 7 * DAY, log=True),
+    # a job starves after factor x its p90, floored at starvation_min_s (capped at starvation_after_s)
+    Parameter("aging.starvation_run_time_factor", 1.0, 64.0, log=True),
+    Parameter("aging.starvation_min_s", 600.0, DAY, log=True),
     # guard depth: starving jobs in the guard band at once
     Parameter("aging.guard_depth", 1, 64, log=True, integer=True),
     # shortness scale: predicted GPU-seconds scoring 1 and 0 (log scale between)
