@@ -255,7 +255,9 @@ def leave_one_source_out(jobs: pd.DataFrame, *, start: MemoryCalibration | None 
         ``mean_overreserve_ratio``, ``median_ratio`` (point / measured) and the prior's
         ``within_50pct`` (the unfitted physical constants) for comparison.
     pooled : dict
-        The same metrics over every held-out prediction, and ``targets_met``.
+        The same metrics over every held-out prediction, ``targets_met``, and ``all_known`` /
+        ``some_unknown``: within 50 %, above the bound and over-reservation of the rows whose
+        descriptors were all known / of those where the estimate assumed some.
     predictions : DataFrame
         ``source``, ``job_id``, ``measured_mib``, ``point_mib``, ``upper_mib``, ``assumed``.
     """
@@ -293,6 +295,11 @@ def leave_one_source_out(jobs: pd.DataFrame, *, start: MemoryCalibration | None 
         pooled = {**point_metrics(preds["point_mib"].to_numpy(), a),
                   **reservation_metrics(preds["upper_mib"].to_numpy(), a)}
         pooled["targets_met"] = memory_targets(pooled)
+        unknown = (preds["assumed"] != "").to_numpy()
+        for name, mask in (("all_known", ~unknown), ("some_unknown", unknown)):
+            pooled[name] = {"n": int(mask.sum()), **({
+                "within_50pct": point_metrics(preds["point_mib"].to_numpy()[mask], a[mask])["within_50pct"],
+                **reservation_metrics(preds["upper_mib"].to_numpy()[mask], a[mask])} if mask.any() else {})}
     return pd.DataFrame(table), pooled, preds
 
 
