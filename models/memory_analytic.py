@@ -46,6 +46,15 @@ resolved set of descriptors the estimate is (bytes per GPU, then MiB)::
    times the logits), and the CUDA context, cuBLAS workspaces and NCCL buffers (``context_mib``,
    plus ``NCCL_BUFFERS_MIB`` on more than one GPU).
 
+6. **Upper bound** (``upper_bound``), conditional on what the record says: where every descriptor
+   is known, the point widened by the log margin of its segment, *states-dominated* (model states
+   above ``cal.upper_states_share`` of states, activations and overhead: fixed by the descriptors)
+   or not (activations and logits dominate, whose cost differs between implementations); where one
+   is unknown, also the upper scenario (the largest plausible values, ``models.memory_assumptions``)
+   widened by a third margin >= 0, so that the bound covers every plausible value's estimate. Each
+   margin is a conformal quantile of held-out residuals (``models.memory_fitting``). A job whose
+   point fits its GPU type is capped at that type's memory (``cap_upper``).
+
 The constants marked *fitted* come from ``models.memory_calibration`` (fitted on measured peaks of
 public projects, shipped in ``models/calibration/``). Jobs without ``model_params`` get NaN.
 """

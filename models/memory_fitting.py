@@ -10,10 +10,13 @@ constants, nothing per model or per source) on rows with a measured ``peak_vram_
    little about stays near its physics. Each row weighs ``1 / sqrt(rows of its source)``: a large
    table cannot outvote the others. Steps 1-2 run twice (the resolution depends on the constants
    only through what fits a GPU).
-3. The upper bound widens the upper scenario's states, activations and logits by three margins
-   (``models.memory_calibration``): the triple, on a grid, with the least mean over-reservation that
-   leaves at most ``upper_miss_rate`` of the rows above the bound, where each row's terms come from
-   constants fitted without its source (the bound is for sources not yet seen).
+3. The upper bound's margins (``models.memory_analytic.upper_bound``) are conformal quantiles of
+   held-out residuals, each row's terms coming from constants fitted without its source (the bound
+   is for sources not yet seen): per segment (states-dominated or not), the weighted
+   ``1 - upper_miss_rate`` quantile of ``log(measured / point)``; over the upper scenario of rows
+   with an unknown descriptor, the least margin >= 0 that leaves at most ``upper_miss_rate`` of
+   those rows above the bound. The segments' states-share threshold is the candidate
+   (``STATES_SHARE_CANDIDATES``) with the least weighted mean over-reservation on the same residuals.
 
 ``leave_one_source_out(rows)`` fits on all sources but one, predicts the one left out, for each
 source in turn, and reports per-source and pooled metrics (``models.metrics``) of the held-out
