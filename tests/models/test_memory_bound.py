@@ -11,7 +11,7 @@ import pytest
 from features.memory_descriptors import parse_precision
 from models.memory_analytic import analytic_memory, states_share, transformer_shape
 from models.memory_assumptions import QUANT_BYTES
-from models.memory_calibration import MemoryCalibration
+from models.memory_calibration import MemoryCalibration, shipped_calibration
 from models.memory_fitting import fit_calibration, measured_view
 
 MIB = 2.0**20
@@ -100,3 +100,14 @@ def test_fitted_margins_leave_at_most_the_miss_rate_above_the_bound() -> None:
     actual = jobs["peak_vram_mib"].to_numpy()
     assert np.mean(actual > view["upper"]) <= 0.12
     assert np.all(view["upper"][view["unknown"]] >= view["total"][view["unknown"]])
+
+
+def test_the_shipped_bound_was_validated_by_leaving_each_source_out() -> None:
+    """The figures recorded when the shipped calibration was fitted (``python -m models.memory_fitting``):
+    the issue's three targets on held-out sources, reported apart for known and unknown descriptors."""
+    validation = shipped_calibration().validation["leave_one_source_out"]
+    assert validation["targets_met"] == {"within_50pct": True, "underestimate_rate": True,
+                                         "mean_overreserve_ratio": True}
+    parts = (validation["all_known"], validation["some_unknown"])
+    assert sum(p["n"] for p in parts) == validation["n"] and all(p["n"] > 100 for p in parts)
+    assert all(p["underestimate_rate"] <= 0.10 for p in parts)
