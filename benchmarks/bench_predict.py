@@ -207,37 +207,6 @@ def carma_section(folder: Path) -> dict:
     }}
 
 
-MEMORY_DESCRIPTORS = ("precision_mode", "quantization", "parallel_strategy", "tensor_parallel_size",
-                      "pipeline_parallel_size", "context_parallel_size", "grad_checkpointing", "loss_implementation",
-                      "lora_rank", "trainable_params", "vocab_size")
-
-
-def memory_section(folder: Path) -> dict:
-    """Leave-one-source-out validation of the memory estimate on the measured tables."""
-    from dataclasses import asdict
-
-    from models.memory_calibration import FITTED, shipped_calibration
-    from models.memory_fitting import leave_one_source_out
-    from models.memory_measured import read_measured_folder
-
-    jobs = read_measured_folder(folder)
-    sources = sorted(set(jobs["source"].astype(str)))
-    started = time.process_time()
-    table, pooled, _ = leave_one_source_out(jobs, sources=sources)
-    seconds = time.process_time() - started
-    _, stripped, _ = leave_one_source_out(jobs, sources=sources, blank_for_prediction=MEMORY_DESCRIPTORS)
-    shipped = shipped_calibration()
-    keep = ["source", "rows", "within_50pct", "underestimate_rate", "mean_overreserve_ratio", "median_ratio",
-            "prior_within_50pct", "note"]
-    return {
-        "rows": int(len(jobs)), "measured_rows_with_size": int(pooled.get("n", 0)), "loso_cpu_seconds": round(seconds, 1),
-        "leave_one_source_out": {k: v for k, v in pooled.items()},
-        "per_source": [{k: v for k, v in row.items() if k in keep and v == v} for row in table.to_dict("records")],
-        "descriptors_removed": stripped,
-        "shipped": {k: v for k, v in asdict(shipped).items() if k in FITTED or k in ("upper_margins", "upper_miss_rate")},
-    }
-
-
 def _typed_columns(jobs: pd.DataFrame) -> dict[str, np.ndarray]:
     """The jobs as the service hands them to ``predict_columns`` (float64 with NaN, object strings with None)."""
     from features.history import numeric_column, object_column
@@ -354,7 +323,9 @@ def main() -> int:
                 result[name] = duration_section(read_log(fmt, path, tmp), with_context=name.startswith("swf"))
                 print(f"{name} done", file=sys.stderr, flush=True)
         if "memory" in wanted:
-            result["memory"] = memory_section(SHARED / "gpu-memory" / "measured")
+            from memory_checks import memory_checks  # benchmarks/memory_checks.py, beside this script
+
+            result["memory"] = memory_checks(SHARED / "gpu-memory" / "measured")
             print("memory done", file=sys.stderr, flush=True)
         if "carma" in wanted:
             result["carma"] = carma_section(SHARED / "gpu-memory" / "carma")

@@ -46,6 +46,15 @@ resolved set of descriptors the estimate is (bytes per GPU, then MiB)::
    times the logits), and the CUDA context, cuBLAS workspaces and NCCL buffers (``context_mib``,
    plus ``NCCL_BUFFERS_MIB`` on more than one GPU).
 
+6. **Upper bound** (``upper_bound``), conditional on what the record says: where every descriptor
+   is known, the point widened by the log margin of its segment, *states-dominated* (model states
+   above ``cal.upper_states_share`` of states, activations and overhead: fixed by the descriptors)
+   or not (activations and logits dominate, whose cost differs between implementations); where one
+   is unknown, also the upper scenario (the largest plausible values, ``models.memory_assumptions``)
+   widened by a third margin >= 0, so that the bound covers every plausible value's estimate. Each
+   margin is a conformal quantile of held-out residuals (``models.memory_fitting``). A job whose
+   point fits its GPU type is capped at that type's memory (``cap_upper``).
+
 The constants marked *fitted* come from ``models.memory_calibration`` (fitted on measured peaks of
 public projects, shipped in ``models/calibration/``). Jobs without ``model_params`` get NaN.
 """
@@ -72,6 +81,8 @@ __all__ = [
     "ResolvedJobs",
     "resolve_jobs",
     "parts_from",
+    "as_measured",
+    "states_share",
     "upper_bound",
     "cap_upper",
     "analytic_memory",
@@ -249,24 +260,44 @@ def cap_upper(upper: np.ndarray, point: np.ndarray, cap_mib: np.ndarray) -> np.n
     return np.where(np.isfinite(cap_mib) & (point <= cap_mib), np.minimum(upper, cap_mib), upper)
 
 
-def upper_bound(terms: Mapping[str, np.ndarray], cal: MemoryCalibration,
-                margins: tuple[float, float, float] | None = None, *, with_reserve: np.ndarray | bool = True,
+def as_measured(terms: Mapping[str, np.ndarray], cal: MemoryCalibration, with_reserve: np.ndarray | bool = True,
                 with_context: np.ndarray | bool = True) -> np.ndarray:
-    """The bound from a scenario's terms: states, activations and logits widened by their log
-    margins (``cal.upper_margins`` unless given), MiB. ``with_reserve`` / ``with_context`` False
-    leave out the allocator's reserve / the CUDA context (a peak measured by torch, not the device)."""
-    ms, ma, ml = cal.upper_margins if margins is None else margins
-    acts = terms["activations"] - terms["logits"]
-    logits = terms["logits"] * np.exp(ml)
-    dynamic = terms["states"] * np.exp(ms) + acts * np.exp(ma) + logits
-    return np.where(with_reserve, cal.allocator * dynamic + cal.logit_reserve * logits, dynamic) + \
-        np.where(with_context, terms["overhead"], 0.0)
+    """A scenario's estimate as a peak metric sees it, MiB: the device's view (``total``, what a
+    scheduler reserves) by default; ``with_reserve`` / ``with_context`` False leave out the
+    allocator's reserve / the CUDA context (a peak measured by torch, not the device)."""
+    dynamic = terms["states"] + terms["activations"]
+    reserved = cal.allocator * dynamic + cal.logit_reserve * terms["logits"]
+    return np.where(with_reserve, reserved, dynamic) + np.where(with_context, terms["overhead"], 0.0)
+
+
+def states_share(terms: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Model states over states, activations (logits included) and overhead: the bound's segment."""
+    return terms["states"] / (terms["states"] + terms["activations"] + terms["overhead"])
+
+
+def upper_bound(point: Mapping[str, np.ndarray], upper: Mapping[str, np.ndarray], assumed_any: np.ndarray,
+                cal: MemoryCalibration, margins: tuple[float, float, float] | None = None, *,
+                with_reserve: np.ndarray | bool = True, with_context: np.ndarray | bool = True) -> np.ndarray:
+    """The bound from the point and upper scenarios' terms, MiB (before ``cap_upper``).
+
+    ``margins`` (default ``cal.upper_margins``) are three log margins: over the point estimate of a
+    states-dominated job (``states_share`` above ``cal.upper_states_share``: weights, gradients and
+    optimizer, fixed by the descriptors), over that of any other job (activations and logits
+    dominate, whose cost varies between implementations), and, where the record
+    leaves a descriptor unknown (``assumed_any``), over the upper scenario (the largest plausible
+    values), which the bound then covers as well. ``with_reserve`` / ``with_context`` as in ``as_measured``.
+    """
+    m_states, m_other, m_unknown = cal.upper_margins if margins is None else margins
+    segment = states_share(point) > cal.upper_states_share
+    bound = as_measured(point, cal, with_reserve, with_context) * np.exp(np.where(segment, m_states, m_other))
+    widest = as_measured(upper, cal, with_reserve, with_context) * np.exp(m_unknown)
+    return np.where(assumed_any, np.maximum(bound, widest), bound)
 
 
 def parts_from(resolved: ResolvedJobs, cal: MemoryCalibration) -> MemoryParts:
     """``MemoryParts`` of resolved jobs under a calibration."""
     terms, high = resolved.terms("point", cal), resolved.terms("upper", cal)
-    upper = cap_upper(np.maximum(upper_bound(high, cal), upper_bound(terms, cal)), terms["total"], resolved.cap_mib)
+    upper = cap_upper(upper_bound(terms, high, resolved.assumed != "", cal), terms["total"], resolved.cap_mib)
     return MemoryParts(states=terms["states"], activations=terms["activations"], logits=terms["logits"],
                        overhead=terms["overhead"], total=terms["total"], upper=upper, zero_stage=terms["zero_stage"],
                        assumed=resolved.assumed)

@@ -57,15 +57,21 @@ OPTIMIZER_BYTES: tuple[tuple[str, float], ...] = (
 )
 #: Words that mark an optimizer stepping each parameter during backward (no full gradient buffer).
 IN_BACKWARD = ("in_bwd", "in-bwd", "in_backward", "in-backward", "lomo")
+#: A paged optimizer (bitsandbytes ``paged_*``) keeps its state in CUDA unified memory, which the
+#: driver evicts to host memory when the GPU runs short: it never makes a job run out of memory and
+#: torch's allocator does not count it, so it is not resident state of the estimate.
+PAGED = "paged"
 
 
 def optimizer_state(name: object) -> tuple[float, bool]:
-    """(state bytes per trained parameter, steps in backward) of an optimizer name; (-1, False) unknown."""
+    """(resident state bytes per trained parameter, steps in backward) of an optimizer name;
+    (-1, False) unknown. A paged optimizer's state is not resident (:data:`PAGED`)."""
     if not isinstance(name, str):
         return -1.0, False
     s = name.lower()
     in_bwd = any(k in s for k in IN_BACKWARD)
-    return next((b for word, b in OPTIMIZER_BYTES if word in s), -1.0), in_bwd
+    state = next((b for word, b in OPTIMIZER_BYTES if word in s), -1.0)
+    return (0.0 if state >= 0 and PAGED in s else state), in_bwd
 #: Likely values of unknown descriptors (the point estimate's assumptions).
 POINT_RULES: Mapping[str, str] = {
     "precision_mode": "bf16-true, or bf16-mixed/fp16-mixed for a full fine-tune under ZeRO/FSDP (whose "

@@ -49,13 +49,17 @@ class MemoryCalibration:
     image_sample_mib : float
         Activations per sample of a model without a sequence length (16-bit; MiB).
     upper_margins : tuple of float
-        Log factors by which the upper bound widens the upper scenario's model states (weights,
-        gradients, optimizer: well determined), its activations and its logits (whose cost differs
-        between implementations from ~0 with a chunked loss to ~24 bytes with an upcast, shifted
-        copy); chosen on the fitted rows as the triple with the least mean over-reservation that
-        leaves at most ``upper_miss_rate`` of them above the bound.
+        Log margins of the upper bound (``models.memory_analytic.upper_bound``): over the point
+        estimate of a states-dominated job (weights, gradients, optimizer: fixed by the descriptors),
+        over that of any other job (activations and logits, whose cost differs between
+        implementations), and over the upper scenario where a descriptor is unknown (at least 0: the
+        bound covers every plausible value). Each is chosen on held-out residuals
+        (``models.memory_fitting``) to leave at most ``upper_miss_rate`` of its rows above the bound.
     upper_miss_rate : float
         That share.
+    upper_states_share : float
+        Share of model states in the estimate above which a job is states-dominated (chosen with the
+        margins, among ``models.memory_fitting.STATES_SHARE_CANDIDATES``).
     sources : list of dict
         Provenance: per source, repository, license, rows used.
     validation : dict
@@ -69,8 +73,9 @@ class MemoryCalibration:
     logit_reserve: float = 0.5
     context_mib: float = 750.0
     image_sample_mib: float = 40.0
-    upper_margins: tuple[float, float, float] = (0.15, 0.5, 0.9)
-    upper_miss_rate: float = 0.04
+    upper_margins: tuple[float, float, float] = (0.4, 0.4, 0.0)
+    upper_miss_rate: float = 0.10
+    upper_states_share: float = 0.5
     sources: list[dict] = field(default_factory=list)
     validation: dict = field(default_factory=dict)
 

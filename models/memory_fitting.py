@@ -10,10 +10,13 @@ constants, nothing per model or per source) on rows with a measured ``peak_vram_
    little about stays near its physics. Each row weighs ``1 / sqrt(rows of its source)``: a large
    table cannot outvote the others. Steps 1-2 run twice (the resolution depends on the constants
    only through what fits a GPU).
-3. The upper bound widens the upper scenario's states, activations and logits by three margins
-   (``models.memory_calibration``): the triple, on a grid, with the least mean over-reservation that
-   leaves at most ``upper_miss_rate`` of the rows above the bound, where each row's terms come from
-   constants fitted without its source (the bound is for sources not yet seen).
+3. The upper bound's margins (``models.memory_analytic.upper_bound``) are conformal quantiles of
+   held-out residuals, each row's terms coming from constants fitted without its source (the bound
+   is for sources not yet seen): per segment (states-dominated or not), the weighted
+   ``1 - upper_miss_rate`` quantile of ``log(measured / point)``; over the upper scenario of rows
+   with an unknown descriptor, the least margin >= 0 that leaves at most ``upper_miss_rate`` of
+   those rows above the bound. The segments' states-share threshold is the candidate
+   (``STATES_SHARE_CANDIDATES``) with the least weighted mean over-reservation on the same residuals.
 
 ``leave_one_source_out(rows)`` fits on all sources but one, predicts the one left out, for each
 source in turn, and reports per-source and pooled metrics (``models.metrics``) of the held-out
@@ -26,7 +29,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +38,7 @@ from scipy.optimize import minimize
 
 from features.errors import InputError
 from features.job_keys import numeric_column
-from models.memory_analytic import cap_upper, resolve_jobs, upper_bound
+from models.memory_analytic import as_measured, cap_upper, resolve_jobs, states_share, upper_bound
 from models.memory_calibration import CALIBRATION_PATH, FITTED, MemoryCalibration, save_calibration
 from models.memory_measured import read_measured_folder
 from models.metrics import point_metrics, reservation_metrics
@@ -44,6 +47,10 @@ __all__ = ["PRIOR_WEIGHT", "SOFT_L1_SCALE", "labelled_rows", "fit_calibration", 
            "memory_targets", "MEMORY_TARGETS", "SOURCE_LICENSES", "calibrate_from_tables", "main"]
 
 PRIOR_WEIGHT = 0.02
+#: A segment of the upper bound's margin with fewer fitted rows takes the pooled quantile.
+MIN_SEGMENT_ROWS = 30
+#: Thresholds of the states share tried for the bound's two segments.
+STATES_SHARE_CANDIDATES = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65)
 SOFT_L1_SCALE = 0.15
 #: The issue's targets on held-out sources: within 50 % for at least 85 % of rows, measured above the
 #: upper bound for at most 10 %, mean over-reservation of the upper bound at most 50 %.
@@ -72,14 +79,6 @@ def _metric(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return metric != "allocated", ~np.isin(metric, ("allocated", "reserved"))
 
 
-def _as_measured(terms: Mapping[str, np.ndarray], allocator: float, logit_reserve: float, with_reserve: np.ndarray,
-                 with_context: np.ndarray) -> np.ndarray:
-    """The estimate as the row's peak metric sees it (the prediction itself is the device's view)."""
-    dynamic = terms["states"] + terms["activations"]
-    reserved = allocator * dynamic + logit_reserve * terms["logits"]
-    return np.where(with_reserve, reserved, dynamic) + np.where(with_context, terms["overhead"], 0.0)
-
-
 def _fit_constants(rows: pd.DataFrame, start: MemoryCalibration, gpu_memory_mib: Mapping[str, float] | None,
                    prior: MemoryCalibration) -> MemoryCalibration:
     actual = numeric_column(rows, "peak_vram_mib")
@@ -92,8 +91,7 @@ def _fit_constants(rows: pd.DataFrame, start: MemoryCalibration, gpu_memory_mib:
 
         def loss(theta: np.ndarray, resolved=resolved, cal=cal) -> float:
             trial = cal.with_fitted(dict(zip(FITTED, np.exp(theta), strict=True)))
-            r = np.log(_as_measured(resolved.terms("point", trial), trial.allocator, trial.logit_reserve, reserve,
-                                    context) / actual)
+            r = np.log(as_measured(resolved.terms("point", trial), trial, reserve, context) / actual)
             r = r / SOFT_L1_SCALE
             return float(np.sum(w * 2.0 * (np.sqrt(1.0 + r * r) - 1.0)) * SOFT_L1_SCALE**2
                          + PRIOR_WEIGHT * len(actual) * np.sum((theta - log_prior) ** 2))
@@ -104,36 +102,69 @@ def _fit_constants(rows: pd.DataFrame, start: MemoryCalibration, gpu_memory_mib:
     return cal
 
 
-def _margin_terms(resolved, cal: MemoryCalibration, rows: pd.DataFrame) -> list[tuple[np.ndarray, ...]]:
-    """(states, activations without logits, logits, overhead) of the upper and point scenarios, the
-    overhead only where the row's peak metric sees it."""
-    _, context = _metric(rows)
-    out = []
-    for which in ("upper", "point"):
-        t = resolved.terms(which, cal)
-        out.append((t["states"], t["activations"] - t["logits"], t["logits"], np.where(context, t["overhead"], 0.0)))
-    return out
+@dataclass
+class _HeldOut:
+    """Per row, what the margins are chosen on: the point and upper scenarios as the row's peak metric
+    sees them, its segment, whether the point assumed anything, its device-view point and GPU cap."""
+
+    point: np.ndarray
+    upper: np.ndarray
+    share: np.ndarray
+    unknown: np.ndarray
+    total: np.ndarray
+    cap: np.ndarray
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame, cal: MemoryCalibration, gpu_memory_mib: Mapping[str, float] | None) -> _HeldOut:
+        resolved = resolve_jobs(rows, gpu_memory_mib, calibration=cal)
+        reserve, context = _metric(rows)
+        point, high = resolved.terms("point", cal), resolved.terms("upper", cal)
+        return cls(point=as_measured(point, cal, reserve, context), upper=as_measured(high, cal, reserve, context),
+                   share=states_share(point), unknown=resolved.assumed != "", total=point["total"],
+                   cap=resolved.cap_mib)
+
+    @classmethod
+    def concat(cls, parts: list[_HeldOut]) -> _HeldOut:
+        return cls(**{f: np.concatenate([getattr(p, f) for p in parts]) for f in cls.__dataclass_fields__})
 
 
-def _fit_margins(parts: list[tuple[np.ndarray, ...]], allocator: np.ndarray, logit_reserve: np.ndarray,
-                 actual: np.ndarray, miss_rate: float, point: np.ndarray, cap: np.ndarray) -> tuple[float, float, float]:
-    """(states, activations, logits) log margins: least mean over-reservation, at most ``miss_rate`` misses."""
-    grid = np.round(np.arange(0.0, 1.51, 0.05), 3)
-    e = np.exp(grid)
-    best, best_over = (float(grid[-1]),) * 3, np.inf
-    for i, ms in enumerate(e):
-        for j, ma in enumerate(e):
-            base = [allocator * (st * ms + a * ma) + o for st, a, _, o in parts]
-            for k, ml in enumerate(e):
-                u = cap_upper(np.maximum(base[0] + (allocator + logit_reserve) * parts[0][2] * ml,
-                                         base[1] + (allocator + logit_reserve) * parts[1][2] * ml), point, cap)
-                if np.mean(actual > u) > miss_rate:
-                    continue
-                over = float(np.mean(np.maximum(u - actual, 0.0) / actual))
-                if over < best_over:
-                    best, best_over = (float(grid[i]), float(grid[j]), float(grid[k])), over
-                break  # a larger logit margin only adds over-reservation
-    return best
+def _weighted_quantile(values: np.ndarray, weights: np.ndarray, level: float) -> float:
+    order = np.argsort(values)
+    cum = np.cumsum(weights[order]) / weights.sum()
+    return float(values[order][min(int(np.searchsorted(cum, level)), len(values) - 1)])
+
+
+def _fit_margins(held: _HeldOut, actual: np.ndarray, weights: np.ndarray,
+                 miss_rate: float) -> tuple[tuple[float, float, float], float]:
+    """The bound's margins (``models.memory_analytic.upper_bound``) and states-share threshold.
+
+    For each candidate threshold: each segment's weighted ``1 - miss_rate`` quantile of
+    ``log(measured / point)`` (the pooled one where a segment has fewer than ``MIN_SEGMENT_ROWS``),
+    then the least margin >= 0 over the upper scenario that leaves at most ``miss_rate`` of the rows
+    with an unknown descriptor above the bound; the threshold kept is the one with the least weighted
+    mean over-reservation.
+    """
+    r = np.log(actual / held.point)
+    pooled = _weighted_quantile(r, weights, 1.0 - miss_rate)
+    unknown = held.unknown
+    best: tuple[float, tuple[float, float, float], float] | None = None
+    for threshold in STATES_SHARE_CANDIDATES:
+        states = held.share > threshold
+        seg = [_weighted_quantile(r[m], weights[m], 1.0 - miss_rate) if m.sum() >= MIN_SEGMENT_ROWS else pooled
+               for m in (states, ~states)]
+        bound = held.point * np.exp(np.where(states, seg[0], seg[1]))
+        m_unknown = 0.0
+        if unknown.any():
+            w = weights[unknown] / weights[unknown].sum()
+            for m_unknown in np.round(np.arange(0.0, 1.51, 0.01), 2):
+                u = cap_upper(np.maximum(bound, held.upper * np.exp(m_unknown)), held.total, held.cap)[unknown]
+                if float(np.sum(w * (actual[unknown] > u))) <= miss_rate:
+                    break
+        u = cap_upper(np.where(unknown, np.maximum(bound, held.upper * np.exp(m_unknown)), bound), held.total, held.cap)
+        over = float(np.sum(weights * np.maximum(u - actual, 0.0) / actual) / weights.sum())
+        if best is None or over < best[0]:
+            best = (over, (round(seg[0], 4), round(seg[1], 4), float(m_unknown)), float(threshold))
+    return best[1], best[2]
 
 
 def fit_calibration(rows: pd.DataFrame, *, start: MemoryCalibration | None = None,
@@ -168,30 +199,15 @@ def fit_calibration(rows: pd.DataFrame, *, start: MemoryCalibration | None = Non
     sources = rows["source"].astype(str).to_numpy() if "source" in rows.columns else np.zeros(len(rows), dtype=str)
     names = np.unique(sources)
     if cross_validate and len(names) >= 3:
-        # margins from held-out residuals: each source's terms under constants fitted without it
-        parts: list[list[np.ndarray]] = [[np.empty(len(rows)) for _ in range(4)] for _ in range(2)]
-        allocator, logit_reserve = np.empty(len(rows)), np.empty(len(rows))
-        point, cap = np.empty(len(rows)), np.empty(len(rows))
-        for name in names:
-            held = sources == name
-            inner = _fit_constants(rows.loc[~held], prior, gpu_memory_mib, prior)
-            resolved = resolve_jobs(rows.loc[held], gpu_memory_mib, calibration=inner)
-            terms = _margin_terms(resolved, inner, rows.loc[held])
-            point[held], cap[held] = resolved.terms("point", inner)["total"], resolved.cap_mib
-            for w in range(2):
-                for c in range(4):
-                    parts[w][c][held] = terms[w][c]
-            allocator[held], logit_reserve[held] = inner.allocator, inner.logit_reserve
-        split = [tuple(p) for p in parts]
+        # margins from held-out residuals: each source's rows under constants fitted without it
+        order = np.concatenate([np.flatnonzero(sources == name) for name in names])
+        held = _HeldOut.concat([_HeldOut.of(rows.loc[sources == name], _fit_constants(
+            rows.loc[sources != name], prior, gpu_memory_mib, prior), gpu_memory_mib) for name in names])
     else:
-        resolved = resolve_jobs(rows, gpu_memory_mib, calibration=cal)
-        split = _margin_terms(resolved, cal, rows)
-        point, cap = resolved.terms("point", cal)["total"], resolved.cap_mib
-        allocator, logit_reserve = np.full(len(rows), cal.allocator), np.full(len(rows), cal.logit_reserve)
-    reserve = _metric(rows)[0]
-    allocator, logit_reserve = np.where(reserve, allocator, 1.0), np.where(reserve, logit_reserve, 0.0)
-    margins = _fit_margins(split, allocator, logit_reserve, numeric_column(rows, "peak_vram_mib"), q, point, cap)
-    return cal.with_fitted({"upper_margins": margins, "upper_miss_rate": q})
+        order = np.arange(len(rows))
+        held = _HeldOut.of(rows, cal, gpu_memory_mib)
+    margins, threshold = _fit_margins(held, numeric_column(rows, "peak_vram_mib")[order], _weights(sources[order]), q)
+    return cal.with_fitted({"upper_margins": margins, "upper_miss_rate": q, "upper_states_share": threshold})
 
 
 def measured_view(rows: pd.DataFrame, cal: MemoryCalibration,
@@ -204,9 +220,10 @@ def measured_view(rows: pd.DataFrame, cal: MemoryCalibration,
     resolved = resolve_jobs(rows, gpu_memory_mib, calibration=cal)
     reserve, context = _metric(rows)
     point, high = resolved.terms("point", cal), resolved.terms("upper", cal)
-    upper = np.maximum.reduce([upper_bound(t, cal, with_reserve=reserve, with_context=context) for t in (point, high)])
+    upper = upper_bound(point, high, resolved.assumed != "", cal, with_reserve=reserve, with_context=context)
     upper = cap_upper(upper, point["total"], resolved.cap_mib)
-    return {"total": _as_measured(point, cal.allocator, cal.logit_reserve, reserve, context), "upper": upper, "assumed": resolved.assumed}
+    return {"total": as_measured(point, cal, reserve, context), "upper": upper, "assumed": resolved.assumed,
+            "unknown": resolved.assumed != ""}
 
 
 def memory_targets(metrics: Mapping[str, float]) -> dict[str, bool]:
@@ -241,7 +258,9 @@ def leave_one_source_out(jobs: pd.DataFrame, *, start: MemoryCalibration | None 
         ``mean_overreserve_ratio``, ``median_ratio`` (point / measured) and the prior's
         ``within_50pct`` (the unfitted physical constants) for comparison.
     pooled : dict
-        The same metrics over every held-out prediction, and ``targets_met``.
+        The same metrics over every held-out prediction, ``targets_met``, and ``all_known`` /
+        ``some_unknown``: within 50 %, above the bound and over-reservation of the rows whose
+        descriptors were all known / of those where the estimate assumed some.
     predictions : DataFrame
         ``source``, ``job_id``, ``measured_mib``, ``point_mib``, ``upper_mib``, ``assumed``.
     """
@@ -279,6 +298,11 @@ def leave_one_source_out(jobs: pd.DataFrame, *, start: MemoryCalibration | None 
         pooled = {**point_metrics(preds["point_mib"].to_numpy(), a),
                   **reservation_metrics(preds["upper_mib"].to_numpy(), a)}
         pooled["targets_met"] = memory_targets(pooled)
+        unknown = (preds["assumed"] != "").to_numpy()
+        for name, mask in (("all_known", ~unknown), ("some_unknown", unknown)):
+            pooled[name] = {"n": int(mask.sum()), **({
+                "within_50pct": point_metrics(preds["point_mib"].to_numpy()[mask], a[mask])["within_50pct"],
+                **reservation_metrics(preds["upper_mib"].to_numpy()[mask], a[mask])} if mask.any() else {})}
     return pd.DataFrame(table), pooled, preds
 
 

@@ -35,7 +35,8 @@ def parts(**fields) -> dict:
         ({"precision_mode": "bf16-true"}, 8.0),  # weights, gradients and both Adam moments in bf16
         ({"precision_mode": "bf16-true", "optimizer": "adamw_8bit"}, 6.0),
         ({"precision_mode": "fp32", "optimizer": "sgd"}, 12.0),  # weights, grads, momentum
-        ({"precision_mode": "bf16-mixed", "optimizer": "paged_adamw_8bit"}, 10.0),
+        # a paged optimizer's state lives in unified memory the driver evicts: not resident
+        ({"precision_mode": "bf16-mixed", "optimizer": "paged_adamw_8bit"}, 8.0),
         ({"precision_mode": "fp32", "optimizer": "adafactor"}, 8.0),
         ({"precision_mode": "bf16-true", "optimizer": "adamw_torch_fused_in_bwd"}, 6.0),  # no gradient buffer
     ],
@@ -160,9 +161,14 @@ def test_upper_bound_covers_every_plausible_value_of_an_unknown_descriptor(colum
     frame = pd.DataFrame([{**SMALL, "job_id": f"{column}-{v}", column: v} for v in values]
                          + [{**SMALL, "job_id": "unknown", column: None}])
     p = analytic_memory(frame, calibration=PRIOR)
-    assert np.all(p["upper"][-1] >= p["upper"][:-1] * (1 - 1e-9))
-    assert np.all(p["upper"][-1] >= p["total"][:-1])
-    assert column.split("_")[0] in p["assumed"][-1] or column == "optimizer"
+    assert np.all(p["upper"][-1] >= p["total"][:-1])  # the estimate of every plausible value
+    assumed = dict(kv.split("=") for kv in p["assumed"][-1].split("; "))
+    assert column in assumed
+    # and the bound of the value the point assumed (the margins beyond that are fitted on jobs with
+    # unknown descriptors: models.memory_fitting)
+    labels = [str(int(v)) if isinstance(v, float) else v for v in values]
+    if assumed[column] in labels:
+        assert p["upper"][-1] >= p["upper"][labels.index(assumed[column])] * (1 - 1e-9)
 
 
 def test_point_names_its_assumptions() -> None:
