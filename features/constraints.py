@@ -26,7 +26,7 @@ Two terms on one key both hold (``region=eu;region=us`` holds nowhere): combinin
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = [
@@ -48,6 +48,8 @@ NODE_KEYS: tuple[str, ...] = ("region", "site", "pool", "partition", "label", "d
 WELL_KNOWN_LABELS: Mapping[str, str] = {
     "topology.kubernetes.io/region": "region",
     "failure-domain.beta.kubernetes.io/region": "region",
+    "topology.kubernetes.io/zone": "site",
+    "failure-domain.beta.kubernetes.io/zone": "site",
     "cloud.google.com/gke-nodepool": "pool",
     "eks.amazonaws.com/nodegroup": "pool",
     "karpenter.sh/nodepool": "pool",
@@ -57,7 +59,7 @@ WELL_KNOWN_LABELS: Mapping[str, str] = {
 Term = tuple[str, frozenset[str]]
 
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*$")
-_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-:]*$")
+_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-:/]*$")
 _SLURM_FEATURE = re.compile(r"^[A-Za-z0-9_.\-:]+$")
 
 
@@ -68,7 +70,7 @@ def parse_constraints(text: Any) -> tuple[Term, ...]:
     ------
     ValueError
         A term is not ``key=value[|value...]``, or a key or value has characters outside
-        letters, digits and ``_.-/`` (values: ``_.-:``); the message names the term.
+        letters, digits and ``_.-/`` (values also ``:``); the message names the term.
     """
     if text is None or (isinstance(text, float) and text != text):
         return ()
@@ -136,12 +138,14 @@ def constraint_from_node_selector(selector: Mapping[str, Any] | None, *, ignore:
     return format_constraints(terms)
 
 
-def constraint_from_node_affinity(affinity: Mapping[str, Any] | None, *, ignore: Iterable[str] = ()) -> str | None:
+def constraint_from_node_affinity(affinity: Mapping[str, Any] | None, *, ignore: Iterable[str] = (),
+                                  keep: Callable[[str], bool] | None = None) -> str | None:
     """``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`` as a constraint.
 
     Only what the grammar says exactly is taken: one ``nodeSelectorTerms`` entry whose
     ``matchExpressions`` use ``In`` (several terms are alternatives, which a conjunction cannot
-    hold: they are left to Kubernetes). Preferred affinities are not constraints.
+    hold: they are left to Kubernetes). Preferred affinities are not constraints. ``keep``: read
+    only the label keys it accepts.
     """
     node = (affinity or {}).get("nodeAffinity") or {}
     required = node.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
@@ -152,7 +156,7 @@ def constraint_from_node_affinity(affinity: Mapping[str, Any] | None, *, ignore:
     terms = []
     for expr in selector_terms[0].get("matchExpressions") or []:
         key = expr.get("key")
-        if expr.get("operator") != "In" or not isinstance(key, str) or key in skip:
+        if expr.get("operator") != "In" or not isinstance(key, str) or key in skip or (keep and not keep(key)):
             continue
         term = _selector_term(key, expr.get("values") or [])
         if term is not None:
