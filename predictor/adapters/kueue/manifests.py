@@ -61,6 +61,8 @@ class KueueNaming:
     flavor_label: str = "predictor/gpu-type"
     rack_label: str = "predictor/rack"
     block_label: str = "predictor/block"
+    pool_label: str = "predictor/pool"  # residency (predictor.adapters.kueue.selectors)
+    data_class_label: str = "predictor/data-class"
     topology_name: str = "gpu-topology"
     local_queue: str = "gpus"
 
@@ -257,6 +259,8 @@ def all_manifests(policy: ClusterPolicy, inventory: Inventory,
 
 
 def node_label_commands(inventory: Inventory, naming: KueueNaming = KueueNaming()) -> list[list[str]]:
+    from predictor.adapters.kueue.selectors import residency_labels  # selectors imports KueueNaming from here
+
     """``kubectl label node`` commands giving each node the labels the flavors and Topology select on."""
     cmds = []
     for n in inventory.nodes:
@@ -267,6 +271,7 @@ def node_label_commands(inventory: Inventory, naming: KueueNaming = KueueNaming(
             labels.append(f"{naming.rack_label}={n.rack}")
         if n.block:
             labels.append(f"{naming.block_label}={n.block}")
+        labels += residency_labels(n, naming)  # docs/residency.md: what constraints select on
         if labels:
             cmds.append(["kubectl", "label", "node", n.name, "--overwrite", *labels])
     return cmds
