@@ -8,6 +8,7 @@ The ``residency`` section of the policy file::
       data_classes:                # a job that declares the data class obeys this constraint
         sensitive: {label: sensitive, region: [eu-west, eu-central]}
       unknown_data_class: node_label
+      queue_is_partition: false    # true: a job's queue (Slurm partition) is a partition= term
 
 A constraint is a text in the grammar of ``features.constraints`` or a mapping ``{key: value or
 [values]}``; both are validated when the policy is loaded, with the field named in the error.
@@ -15,7 +16,9 @@ A constraint is a text in the grammar of ``features.constraints`` or a mapping `
 Rule *effective constraint*: a job obeys its own constraint, its team's, and for each data class it
 declares (its ``data_class=`` terms) that class's. A data class the policy does not list is, with
 ``unknown_data_class: node_label`` (the default, which fails closed), a plain term: only nodes
-labelled ``data_class=<class>`` qualify; with ``ignore`` it places no restriction.
+labelled ``data_class=<class>`` qualify; with ``ignore`` it places no restriction. With
+``queue_is_partition`` a job's queue (its Slurm partition) adds a ``partition=<queue>`` term: it runs
+only on the inventory nodes listed in that partition.
 
 The effective constraints of a cycle's pending jobs are resolved once per (job constraint, team)
 pair and policy, and their node masks once per layout (``predictor.capacity.eligibility``).
@@ -60,6 +63,8 @@ class ResidencyConfig(BaseModel):
         "data class -> constraint the jobs that declare it obey"))
     unknown_data_class: Literal["node_label", "ignore"] = Field("node_label", description=(
         "a data class not listed: only nodes labelled data_class=<class> (node_label), or no restriction (ignore)"))
+    queue_is_partition: bool = Field(False, description=(
+        "a job's queue is a Slurm partition it must run in (nodes list their partitions in the inventory)"))
 
     @field_validator("teams", "data_classes", mode="before")
     @classmethod
@@ -76,12 +81,8 @@ class ResidencyConfig(BaseModel):
                 raise ValueError(f"{name}: {exc}") from None
         return out
 
-    @property
-    def active(self) -> bool:
-        return bool(self.teams or self.data_classes) or self.unknown_data_class != "node_label"
-
-    def effective(self, own: str | None, team: str | None) -> str | None:
-        """Rule *effective constraint* of a job with constraint ``own`` in ``team``."""
+    def effective(self, own: str | None, team: str | None, queue: str | None = None) -> str | None:
+        """Rule *effective constraint* of a job with constraint ``own`` in ``team`` and ``queue``."""
         terms = []
         for key, values in parse_constraints(own):
             if key != "data_class":
@@ -93,16 +94,19 @@ class ResidencyConfig(BaseModel):
                     terms.extend(parse_constraints(rule))
                 elif self.unknown_data_class == "node_label":
                     terms.append(("data_class", frozenset([cls])))
+        if self.queue_is_partition and queue:
+            terms.append(("partition", frozenset([queue])))
         return combine_constraints(format_constraints(terms), self.teams.get(team) if team is not None else None)
 
 
-_RESOLVED: dict[int, tuple[ResidencyConfig, dict[tuple[object, object], str | None]]] = {}
+_RESOLVED: dict[int, tuple[ResidencyConfig, dict[tuple[object, object, object], str | None]]] = {}
 
 
-def cycle_eligibility(layout, pending, teams: tuple[str, ...], residency: ResidencyConfig) -> NodeEligibility | None:
+def cycle_eligibility(layout, pending, teams: tuple[str, ...], residency: ResidencyConfig,
+                      queues: tuple[str, ...] = ()) -> NodeEligibility | None:
     """The pending jobs' node eligibility under ``residency`` (None when nobody is constrained)."""
     own = pending.constraint
-    if own is None and not residency.teams:
+    if own is None and not residency.teams and not residency.queue_is_partition:
         return None
     hit = _RESOLVED.get(id(residency))
     if hit is None or hit[0] is not residency:
@@ -113,11 +117,12 @@ def cycle_eligibility(layout, pending, teams: tuple[str, ...], residency: Reside
     n = len(pending)
     own_list = own.tolist() if own is not None else [None] * n
     team_codes = pending.team.tolist()
+    queue_codes = pending.queue.tolist() if residency.queue_is_partition else [-1] * n
     out = np.full(n, None, dtype=object)
-    for i, (text, code) in enumerate(zip(own_list, team_codes, strict=True)):
+    for i, (text, code, q) in enumerate(zip(own_list, team_codes, queue_codes, strict=True)):
         team = teams[code] if code >= 0 else None
-        key = (text, team if team in residency.teams else None)
-        if key == (None, None):
+        key = (text, team if team in residency.teams else None, queues[q] if q >= 0 else None)
+        if key == (None, None, None):
             continue
         got = cache.get(key, "")
         if got == "":

@@ -74,7 +74,7 @@ def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig) -> CycleContext:
                                 run.predicted_end_ts, overrun_extension_s=rcfg.overrun_extension_s,
                                 unknown_duration_s=rcfg.unknown_duration_s)
     # residency (docs/residency.md): each pending job's eligible nodes, from its constraint and the policy
-    eligibility = cycle_eligibility(lay, pend, snapshot.teams, policy.residency)
+    eligibility = cycle_eligibility(lay, pend, snapshot.teams, policy.residency, snapshot.queues)
     book = CapacityBook(lay, now, snapshot.free_milli, busy, strategy=policy.placement.strategy,
                         eligibility=eligibility)
     sizing = size_jobs(lay, policy.sizing, num_gpus=pend.num_gpus, gpu_milli=pend.gpu_milli,

@@ -216,3 +216,15 @@ def test_no_decision_ever_puts_a_job_where_its_constraint_forbids(q, preset, tri
         text = want[a.job_id]
         if text:
             assert node_mask(LAY, text)[LAY.gpu_node[a.gpus]].all()
+
+
+def test_queue_as_partition():
+    inv = Inventory(nodes=(Node("a", "A100-80GB", 4, partitions=("gpu", "long")), Node("b", "A100-80GB", 4,
+                                                                                       partitions=("gpu",))))
+    snap = (SnapshotBuilder(inv)
+            .pending(make_job("l").gpus(4).predict(60).queue("long"), make_job("x").gpus(4).predict(60).queue("debug"))
+            .build(NOW))
+    by_id = {d.job_id: d for d in decide(snap, policy(queue_is_partition=True)).queue()}
+    assert nodes_of(by_id["l"]) == {"a"} and by_id["l"].constraint == "partition=long"
+    assert by_id["x"].action == "reject" and "partition=debug" in by_id["x"].reason
+    assert {d.action for d in decide(snap, policy()).queue()} == {"start"}  # off by default: queues are not nodes
