@@ -62,7 +62,12 @@ from features.sources._base import (
     require_columns,
     to_float,
 )
-from features.sources.slurm_fields import normalise_slurm_state, parse_slurm_duration, parse_tres, slurm_job_fields
+from features.sources.slurm_fields import (
+    normalise_slurm_state,
+    parse_slurm_duration,
+    parse_tres,
+    slurm_job_fields,
+)
 
 FIELDS = (
     "JobID", "JobName", "User", "Account", "Partition", "QOS", "Submit", "Start", "End", "Elapsed",

@@ -17,13 +17,19 @@ import numpy as np
 
 from features.schema import PLACEMENT_CLASSES as CLS
 from predictor.capacity.book import CapacityBook
+from predictor.capacity.eligibility import why_nowhere
 from predictor.capacity.layout import MILLI
 from predictor.capacity.placement import GangChoice
 from predictor.policy.context import CycleContext
 from predictor.policy.factors.base import hours
 from predictor.policy.plan import Outcome
-from predictor.capacity.eligibility import why_nowhere
-from predictor.policy.preemption import choose_victims, eviction_grace_s, milli_of, preemption_cost_s, work_lost_s
+from predictor.policy.preemption import (
+    choose_victims,
+    eviction_grace_s,
+    milli_of,
+    preemption_cost_s,
+    work_lost_s,
+)
 from predictor.policy.quota import QuotaBook
 
 __all__ = ["Admission"]
@@ -389,11 +395,10 @@ class Admission:
             c = v.placement.placement_class
             # rule *snapshot grace*: the victims' system snapshots are written before the kill
             grace = eviction_grace_s(r, v.rows, pc.grace_s, pc.checkpoint_bandwidth_gb_s)
-            if grace > pc.grace_s:
-                ends = self.now + grace + d90 * slow
-                if self.book.any_reserved and (self.book.reserved_from[v.placement.gpus] < ends[c]).any():
-                    continue
-            self._hand_over(v.rows, v.placement.gpus, m, float(ends[c]), self.now + grace)
+            end = float(ends[c]) if grace <= pc.grace_s else float(self.now + grace + d90 * slow[c])
+            if end > ends[c] and self.book.any_reserved and (self.book.reserved_from[v.placement.gpus] < end).any():
+                continue
+            self._hand_over(v.rows, v.placement.gpus, m, end, self.now + grace)
             self.evicted[v.rows] = True
             if self.quota is not None:
                 for row in v.rows.tolist():
@@ -403,7 +408,7 @@ class Admission:
             self.fail.clear()
             self.preempt_fail.clear()
             self.outcomes[i] = Outcome("preempt", type_code=t, gpus=v.placement.gpus, placement_class=c,
-                                       start_ts=self.now + grace, end_ts=float(ends[c]), victims=v.rows,
+                                       start_ts=self.now + grace, end_ts=end, victims=v.rows,
                                        lost_gpu_s=v.work_lost_gpu_s)
             return True
         self.preempt_fail.setdefault(self._preempt_key(i, m), []).append((g, int(self.priority[i]), float(ends[-1])))

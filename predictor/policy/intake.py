@@ -45,10 +45,10 @@ import pandas as pd
 from features.constraints import combine_constraints
 from features.errors import InputError
 from models.prediction import SLOWDOWN_COLUMNS
+from predictor.capacity.eligibility import node_mask
 from predictor.capacity.layout import MILLI, ClusterLayout
 from predictor.capacity.placement import find_gang
 from predictor.capacity.requests import requested_types
-from predictor.capacity.eligibility import node_mask
 from predictor.policy.snapshot import CHECKPOINT_KIND_CODES, PendingJobs, RunningJobs, checkpoint_kind_codes
 
 __all__ = ["Columns", "Names", "Vocabulary", "pending_jobs", "running_jobs", "RunningIntake", "job_constraints",

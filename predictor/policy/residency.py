@@ -31,7 +31,12 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from features.constraints import combine_constraints, format_constraints, normalise_constraints, parse_constraints
+from features.constraints import (
+    combine_constraints,
+    format_constraints,
+    normalise_constraints,
+    parse_constraints,
+)
 from predictor.capacity.eligibility import NodeEligibility
 
 __all__ = ["ResidencyConfig", "cycle_eligibility"]

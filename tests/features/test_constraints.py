@@ -11,7 +11,11 @@ from features.constraints import (
     constraint_from_slurm_features,
     normalise_constraints,
 )
-from features.job_conventions import job_fields_from_comment, job_fields_from_kubernetes, parse_checkpoint_kind
+from features.job_conventions import (
+    job_fields_from_comment,
+    job_fields_from_kubernetes,
+    parse_checkpoint_kind,
+)
 from features.schema import validate
 from features.sources.kueue import workload_record
 from features.sources.sacct import read_sacct_text

@@ -21,12 +21,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
+from features.constraints import WELL_KNOWN_LABELS
 from features.errors import InputError
+from features.sources.kueue import is_residency_label
 from predictor.adapters.base import SchedulerError
 from predictor.adapters.discovery import DiscoveredNode, PriorityClass
 from predictor.adapters.kueue.adapter import GROUP, _classify
-from features.constraints import WELL_KNOWN_LABELS
-from features.sources.kueue import is_residency_label
 from predictor.adapters.kueue.manifests import HOSTNAME_LABEL, KueueNaming
 
 __all__ = ["kube_api_client", "kubernetes_nodes", "topology_labels", "kueue_teams", "priority_classes",

@@ -27,10 +27,11 @@ def _label_of(key: str, naming: KueueNaming) -> str | None:
             "data_class": naming.data_class_label, "partition": None}.get(key, key)
 
 
-def node_requirements(constraint: str | None, naming: KueueNaming = KueueNaming()
+def node_requirements(constraint: str | None, naming: KueueNaming | None = None
                       ) -> tuple[dict[str, str], list[dict[str, Any]], list[str]]:
     """Rule *constraint to node labels*: (nodeSelector entries, nodeAffinity ``In`` expressions,
     terms with no Kubernetes form)."""
+    naming = naming or KueueNaming()
     selector: dict[str, str] = {}
     expressions: list[dict[str, Any]] = []
     skipped: list[str] = []
@@ -51,8 +52,9 @@ def node_requirements(constraint: str | None, naming: KueueNaming = KueueNaming(
     return selector, expressions, skipped
 
 
-def residency_labels(node, naming: KueueNaming = KueueNaming()) -> list[str]:
+def residency_labels(node, naming: KueueNaming | None = None) -> list[str]:
     """``name=value`` labels giving an inventory node its residency attributes, as the rule reads them."""
+    naming = naming or KueueNaming()
     out = []
     for key, label in (("region", REGION_LABEL), ("site", ZONE_LABEL), ("pool", naming.pool_label)):
         value = getattr(node, key)

@@ -9,8 +9,13 @@ import pytest
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.capacity.layout import ClusterLayout
 from predictor.policy.intake import Vocabulary, checkpoint_columns, running_jobs
+from predictor.policy.preemption import (
+    checkpoint_restore_s,
+    checkpoint_write_s,
+    eviction_grace_s,
+    work_lost_s,
+)
 from predictor.policy.presets import load_policy, policy_from_mapping
-from predictor.policy.preemption import checkpoint_restore_s, checkpoint_write_s, eviction_grace_s, work_lost_s
 from predictor.policy.scheduler import decide
 from predictor.policy.snapshot import RunningJobs
 from tests.builders import SnapshotBuilder, make_job, make_running

@@ -3,7 +3,7 @@ nodes their constraint allows; a job that can run nowhere is rejected with the c
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -37,7 +37,7 @@ LAY = ClusterLayout.of(INV)
 REGION = {n.name: n.region for n in INV.nodes}
 
 
-@lru_cache(maxsize=None)
+@cache
 def policy(preset: str = "ours", **residency) -> object:
     base = load_policy(preset=preset)
     data = base.model_dump()
@@ -216,6 +216,21 @@ def test_no_decision_ever_puts_a_job_where_its_constraint_forbids(q, preset, tri
         text = want[a.job_id]
         if text:
             assert node_mask(LAY, text)[LAY.gpu_node[a.gpus]].all()
+    # rule *snapshot grace*: a victim holds its GPUs until its eviction's grace ends, the preemptor
+    # starts then; no GPU is ever over-booked (jobs ending by their p90)
+    grace_of = {v.job_id: e.grace_s for e in plan.evictions for v in e.victims}
+    r = snap.running
+    held = [(g, NOW, NOW + grace_of[r.job_id[k]] if r.job_id[k] in grace_of else r.predicted_end_ts[k],
+             r.gpu_milli[k]) for k in range(len(r)) for g in r.gpus_of(k)]
+    held += [(g, a.start_ts, a.predicted_end_ts, a.gpu_milli) for a in plan.assignments for g in a.gpus]
+    for e in plan.evictions:
+        d = next(d for d in plan.decisions if d.job_id == e.for_job_id)
+        assert e.grace_s >= pol.preemption.grace_s
+        assert [a.start_ts for a in plan.assignments if a.job_id == d.job_id] == [pytest.approx(NOW + e.grace_s)]
+    for g in range(LAY.n_gpus):
+        mine = [(s0, e0, m) for gg, s0, e0, m in held if gg == g and e0 > s0]
+        for t in {s0 for s0, _, _ in mine}:
+            assert sum(m for s0, e0, m in mine if s0 <= t < e0) <= 1000, (g, t, mine)
 
 
 def test_queue_as_partition():
