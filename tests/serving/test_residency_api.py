@@ -14,7 +14,7 @@ from serving.settings import Settings
 from tests.serving.conftest import TOKENS, TestClient, auth
 from tests.serving.doubles import no_model_slot
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "data" / "inventory" / "example-cluster.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "data" / "inventory" / "example-regions.yaml"
 
 
 @pytest.fixture

@@ -182,9 +182,15 @@ def test_a_constraint_lands_on_the_job_as_node_selection(adapter, cluster):
 
 
 def test_node_label_commands_carry_residency_attributes():
+    """Residency attributes after the flavor and topology labels (the example-regions inventory's DGX nodes)."""
+    from predictor.capacity.inventory_sources import load_inventory
     from predictor.adapters.kueue.manifests import node_label_commands
     inv = Inventory(nodes=(Node("n1", "A100-80GB", 8, region="eu-west", site="fra1", pool="secure",
                                 features=("sensitive",), labels=(("example.com/tier", "gold"),)),))
     cmd = node_label_commands(inv)[0]
     assert {"topology.kubernetes.io/region=eu-west", "topology.kubernetes.io/zone=fra1", "predictor/pool=secure",
             "sensitive=true", "example.com/tier=gold"} <= set(cmd)
+    assert node_label_commands(load_inventory("data/inventory/example-regions.yaml"))[0] == [
+        "kubectl", "label", "node", "dgx-00", "--overwrite", "predictor/gpu-type=A100-80GB", "predictor/rack=rack-a",
+        "predictor/block=pod-1", "topology.kubernetes.io/region=eu-west", "topology.kubernetes.io/zone=fra1",
+        "predictor/pool=dgx", "sensitive=true"]
