@@ -6,7 +6,8 @@ becomes a node label requirement: ``region`` -> ``topology.kubernetes.io/region`
 ``KueueNaming.data_class_label``, ``label=X`` -> ``X: "true"``, any other key -> itself.
 ``partition`` is Slurm's and has no Kubernetes form (left out, and said so). A single-valued term is
 a ``nodeSelector`` entry; a term with alternatives is a required ``nodeAffinity`` ``In`` expression.
-``node_label_commands`` (``manifests``) labels the nodes the same way, so the two always agree.
+``node_label_commands`` (``manifests.residency_labels``) labels the nodes the same way, so the two
+always agree.
 """
 
 from __future__ import annotations
@@ -14,12 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from features.constraints import parse_constraints
-from predictor.adapters.kueue.manifests import KueueNaming
+from predictor.adapters.kueue.manifests import REGION_LABEL, ZONE_LABEL, KueueNaming
 
-__all__ = ["node_requirements", "residency_labels"]
-
-REGION_LABEL = "topology.kubernetes.io/region"
-ZONE_LABEL = "topology.kubernetes.io/zone"
+__all__ = ["node_requirements"]
 
 
 def _label_of(key: str, naming: KueueNaming) -> str | None:
@@ -50,16 +48,3 @@ def node_requirements(constraint: str | None, naming: KueueNaming | None = None
         else:
             expressions.append({"key": label, "operator": "In", "values": sorted(values)})
     return selector, expressions, skipped
-
-
-def residency_labels(node, naming: KueueNaming | None = None) -> list[str]:
-    """``name=value`` labels giving an inventory node its residency attributes, as the rule reads them."""
-    naming = naming or KueueNaming()
-    out = []
-    for key, label in (("region", REGION_LABEL), ("site", ZONE_LABEL), ("pool", naming.pool_label)):
-        value = getattr(node, key)
-        if value:
-            out.append(f"{label}={value}")
-    out += [f"{feature}=true" for feature in node.features]
-    out += [f"{name}={value}" for name, value in node.labels]
-    return out

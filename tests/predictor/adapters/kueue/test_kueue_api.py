@@ -183,8 +183,8 @@ def test_a_constraint_lands_on_the_job_as_node_selection(adapter, cluster):
 
 def test_node_label_commands_carry_residency_attributes():
     """Residency attributes after the flavor and topology labels (the example-regions inventory's DGX nodes)."""
-    from predictor.capacity.inventory_sources import load_inventory
     from predictor.adapters.kueue.manifests import node_label_commands
+    from predictor.capacity.inventory_sources import load_inventory
     inv = Inventory(nodes=(Node("n1", "A100-80GB", 8, region="eu-west", site="fra1", pool="secure",
                                 features=("sensitive",), labels=(("example.com/tier", "gold"),)),))
     cmd = node_label_commands(inv)[0]
