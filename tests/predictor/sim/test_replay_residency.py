@@ -57,3 +57,27 @@ def test_every_replayed_run_lands_where_its_constraint_allows(preset):
     status = dict(zip(table.job_ids, rec.status, strict=True))
     assert all(status[f"j{k}"] == JobStatus.REJECTED for k in range(4, 60, 5))  # region=mars: nowhere
     assert sum(s == JobStatus.DONE for s in status.values()) == 48
+
+
+def test_replay_through_the_rules_counts_losses_per_checkpoint_kind():
+    """Both kinds in one queue, decided by the real rules layer: a production job evicts an
+    application job (loses its work since its last save) and a system-snapshot job (loses its write
+    and restore), and report.json's counter says which lost what."""
+    from predictor.capacity.inventory import homogeneous_inventory
+    from predictor.sim.metrics import policy_metrics
+
+    rows = (JobRows()
+            .add("app", gpus=4, run=50_000, submit=0, checkpoint=600, checkpoint_kind="application", tier="best_effort")
+            .add("criu", gpus=4, run=50_000, submit=0, checkpoint_kind="system", checkpoint_size_gb=10.0,
+                 tier="best_effort")
+            .add("prod", gpus=8, run=1000, submit=2000, tier="production"))
+    inv = homogeneous_inventory(8)
+    table, _ = load_workload(rows.frame())
+    preds = OraclePredictions().predict(table, inv)
+    rec = replay(table, inv, PolicyRules("ours", load_policy("ours"), table, inv, preds), preds, SimConfig())
+    _, extra = policy_metrics(rec)
+    lost = extra["preemption_lost_gpu_hours_by_checkpoint_kind"]
+    assert extra["jobs_finished"] == 3 and int(rec.preemptions.sum()) == 2
+    assert lost["application"] == pytest.approx(200 * 4 / 3600)  # evicted at 2000 s: 2000 mod 600 lost
+    assert lost["system"] == pytest.approx(2 * 10 * 4 / 3600)  # 10 s to write, 10 s to restore
+    assert lost["none"] == lost["unknown"] == 0.0
