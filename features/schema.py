@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from features.constraints import normalise_constraints
 from features.gpu_types import DEFAULT_VOCABULARY
+from features.job_conventions import CHECKPOINT_KINDS
 from features.memory_descriptors import (
     GRAD_CHECKPOINTING,
     LOSS_IMPLEMENTATIONS,
@@ -38,6 +40,7 @@ __all__ = [
     "STATES",
     "TERMINAL_STATES",
     "PLACEMENT_CLASSES",
+    "CHECKPOINT_KINDS",
     "FINETUNE_METHODS",
     "PRECISIONS",
     "PRECISION_MODES",
@@ -96,6 +99,11 @@ _SPEC: dict[str, tuple[str, str]] = {
     "time_limit_s": ("float", "requested wall-clock limit, seconds"),
     "deadline_ts": ("float", "SLA deadline for completion, epoch seconds"),
     "checkpoint_interval_s": ("float", "how often the job checkpoints, seconds"),
+    "checkpoint_kind": ("str", "how the job checkpoints, one of CHECKPOINT_KINDS (application, system, none)"),
+    "checkpoint_size_gb": ("float", "size of one checkpoint (application state or system snapshot), GB"),
+    "constraints": ("str", "where the job may run, canonical constraint text (features.constraints), "
+                           "e.g. label=sensitive;region=eu-west"),
+    "data_class": ("str", "class of the data the job touches (e.g. sensitive); the policy's residency rules"),
     # workload descriptors
     "job_name": ("str", "job name as submitted"),
     "model_params": ("float", "model parameter count"),
@@ -146,7 +154,7 @@ _FINETUNE_SET = frozenset(FINETUNE_METHODS)
 _PRECISION_SET = frozenset(PRECISIONS)
 _VOCABULARIES = {"precision_mode": frozenset(PRECISION_MODES), "quantization": frozenset(QUANTIZATIONS),
                  "parallel_strategy": frozenset(PARALLEL_STRATEGIES), "grad_checkpointing": frozenset(GRAD_CHECKPOINTING),
-                 "loss_implementation": frozenset(LOSS_IMPLEMENTATIONS)}
+                 "loss_implementation": frozenset(LOSS_IMPLEMENTATIONS), "checkpoint_kind": frozenset(CHECKPOINT_KINDS)}
 
 
 @dataclass(frozen=True)
@@ -226,6 +234,13 @@ def _check(df: pd.DataFrame) -> pd.Series:
          "completed without a start time")
     flag(df["duration_s"] < 0, "negative duration_s")
     flag(df["peak_vram_mib"] < 0, "negative peak_vram_mib")
+    flag(df["checkpoint_size_gb"] < 0, "negative checkpoint_size_gb")
+    if df["constraints"].notna().any():  # rule *constraint form* (features.constraints)
+        for idx, text in df["constraints"].dropna().items():
+            try:
+                normalise_constraints(text)
+            except ValueError as exc:
+                flag(df.index == idx, f"malformed constraints: {exc}")
     flag(~df["placement_class"].isna() & ~df["placement_class"].isin(_PLACEMENT_SET), "unknown placement_class")
     flag(~df["finetune_method"].isna() & ~df["finetune_method"].isin(_FINETUNE_SET), "unknown finetune_method")
     flag(~df["precision"].isna() & ~df["precision"].isin(_PRECISION_SET), "unknown precision")
@@ -261,6 +276,9 @@ def validate(df: pd.DataFrame, *, log_end_ts: float | None = None) -> Validation
     rejects = frame.loc[bad].copy()
     rejects["reject_reason"] = reason[bad]
     jobs = frame.loc[~bad].copy()
+    if jobs["constraints"].notna().any():  # one canonical text per constraint (features.constraints)
+        jobs["constraints"] = pd.array([normalise_constraints(v) if isinstance(v, str) else None
+                                        for v in jobs["constraints"].tolist()], dtype="string")
     if jobs["gpu_type"].notna().any():  # one spelling per GPU model (features.gpu_types); unknown names kept
         jobs["gpu_type"] = pd.array(DEFAULT_VOCABULARY.canonicalise(jobs["gpu_type"].tolist()), dtype="string")
 

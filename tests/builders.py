@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from features.constraints import normalise_constraints
 from features.errors import InputError
 from features.schema import PLACEMENT_CLASSES
 from predictor.capacity.inventory import Inventory
@@ -46,6 +47,7 @@ class JobSpec:
         self.attained_s = 0.0
         self.is_fallback = False
         self.version = "test"
+        self.constraint_text: str | None = None
 
     def gpus(self, n: int, milli: int = MILLI) -> JobSpec:
         self.num_gpus, self.gpu_milli = int(n), int(milli)
@@ -104,6 +106,11 @@ class JobSpec:
         self.attained_s = float(gpu_s)
         return self
 
+    def constraint(self, text: str | None) -> JobSpec:
+        """Where it may run (``features.constraints`` text, e.g. ``region=eu-west;label=sensitive``)."""
+        self.constraint_text = normalise_constraints(text)
+        return self
+
     def fallback(self) -> JobSpec:
         self.is_fallback = True
         self.version = "fallback"
@@ -125,6 +132,8 @@ class RunningSpec:
         self.prio = 0
         self.attained_s = np.nan
         self.type_names: tuple[str, ...] = ()
+        self.ckpt_kind: str | None = None
+        self.ckpt_size_gb = np.nan
 
     def gpus(self, n: int, milli: int = MILLI) -> RunningSpec:
         self.num_gpus, self.gpu_milli = int(n), int(milli)
@@ -174,6 +183,12 @@ class RunningSpec:
 
     def checkpoint_every(self, seconds: float) -> RunningSpec:
         self.ckpt_every = float(seconds)
+        return self
+
+    def checkpoint(self, kind: str, size_gb: float | None = None) -> RunningSpec:
+        """How it checkpoints (``application``, ``system``, ``none``) and the checkpoint's size."""
+        self.ckpt_kind = kind
+        self.ckpt_size_gb = np.nan if size_gb is None else float(size_gb)
         return self
 
     def priority(self, value: int) -> RunningSpec:
@@ -291,6 +306,7 @@ class SnapshotBuilder:
             attained_gpu_s=[s.attained_s for s in p], fallback=[s.is_fallback for s in p],
             model_version=[s.version for s in p], requested_types=req,
             gpu_request=None if req is None else ["|".join(s.type_names) or None for s in p],
+            constraint=[s.constraint_text for s in p] if any(s.constraint_text for s in p) else None,
         )
         free = np.full(lay.n_gpus, MILLI, dtype=np.int64)
         r = self._running
@@ -302,6 +318,7 @@ class SnapshotBuilder:
             predicted_end_ts=[s.end for s in r], last_checkpoint_ts=[s.ckpt_ts for s in r],
             checkpoint_interval_s=[s.ckpt_every for s in r], priority=[s.prio for s in r],
             attained_gpu_s=[s.attained_s for s in r], submit_ts=[s.submit for s in r],
+            checkpoint_kind=[s.ckpt_kind for s in r], checkpoint_size_gb=[s.ckpt_size_gb for s in r],
         )
         usage = np.array([self._usage.get(t, 0.0) for t in teams.names], dtype=np.float64)
         snap = ClusterSnapshot(now=float(now), layout=lay, pending=pending, running=running,

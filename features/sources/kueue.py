@@ -22,6 +22,13 @@ Mapping (one row per Workload):
 - Memory descriptors: annotations and labels ``predictor/<key>`` (or one ``predictor/memory``
   annotation of ``key=value`` pairs) on the Workload or its pod templates
   (``features.memory_conventions``; the Workload's own win).
+- Residency and checkpoints (docs/residency.md): ``constraints`` from the pod templates'
+  ``nodeSelector`` and required ``nodeAffinity`` (``In`` terms), reading only the labels that mean
+  residency (:data:`RESIDENCY_LABELS`: region, zone -> site, node pool, and ``predictor/`` labels other
+  than the generated flavor/rack/block ones; other labels are Kubernetes' to enforce), combined
+  with a ``predictor/constraints`` annotation; ``predictor/data-class``, ``predictor/checkpoint-kind``,
+  ``predictor/checkpoint-interval``, ``predictor/checkpoint-size-gb`` annotations or labels
+  (``features.job_conventions``).
 - Outcome: ``Finished`` reason ``Succeeded`` -> COMPLETED; ``Failed`` -> FAILED (OUT_OF_MEMORY /
   TIMEOUT when the message says ``OOMKilled`` / ``DeadlineExceeded``); ``AdmissionChecksRejected``
   -> CANCELLED. Not finished: an eviction for ``MaximumExecutionTimeExceeded`` -> TIMEOUT; an
@@ -40,7 +47,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from features.constraints import (
+    WELL_KNOWN_LABELS,
+    combine_constraints,
+    constraint_from_node_affinity,
+    constraint_from_node_selector,
+)
 from features.gpu_types import DEFAULT_VOCABULARY
+from features.job_conventions import job_fields_from_kubernetes
 from features.memory_conventions import descriptors_from_kubernetes
 from features.schema import conform
 from features.sources._base import DEFAULT_CHUNK_ROWS, READER_REJECT, Reader, batched, parse_timestamps
@@ -49,6 +63,16 @@ from features.sources.jsonstream import iter_records
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 GPU_PRODUCT_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator")
 RFC3339 = "%Y-%m-%dT%H:%M:%S%z"
+#: Labels the adapter writes itself (predictor.adapters.kueue.manifests.KueueNaming): never constraints.
+GENERATED_LABELS = ("predictor/gpu-type", "predictor/rack", "predictor/block")
+
+
+def is_residency_label(key: str) -> bool:
+    """Whether a node-selector label means residency (:data:`RESIDENCY_LABELS`)."""
+    return key in WELL_KNOWN_LABELS or (key.startswith("predictor/") and key not in GENERATED_LABELS)
+
+
+RESIDENCY_LABELS = (*WELL_KNOWN_LABELS, "predictor/<name> (not gpu-type, rack, block)")
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 _SUFFIX = {None: 1.0, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
            "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
@@ -258,7 +282,24 @@ def workload_record(item: Any) -> dict[str, Any]:
     record["accumulated_s"] = status.get("accumulatedPastExecutionTimeSeconds",
                                          status.get("accumulatedPastExexcutionTimeSeconds"))  # v1beta1 spelling
     record.update(descriptors_from_kubernetes(_descriptor_maps(meta, spec)))
+    record.update(_residency_and_checkpoints(meta, spec))
     return record
+
+
+def _residency_and_checkpoints(meta: dict, spec: dict) -> dict[str, Any]:
+    """Constraint, data class and checkpoint fields (see the module docstring)."""
+    found = job_fields_from_kubernetes(_descriptor_maps(meta, spec))
+    texts = [found.get("constraints")]
+    for pod_set in spec.get("podSets") or []:
+        pod = ((pod_set.get("template") or {}).get("spec")) or {}
+        selector = {k: v for k, v in (pod.get("nodeSelector") or {}).items()
+                    if isinstance(k, str) and is_residency_label(k)}
+        texts.append(constraint_from_node_selector(selector))
+        texts.append(constraint_from_node_affinity(pod.get("affinity"), keep=is_residency_label))
+    text = combine_constraints(*texts)
+    if text is not None:
+        found["constraints"] = text
+    return found
 
 
 def _descriptor_maps(meta: dict, spec: dict) -> list[dict]:

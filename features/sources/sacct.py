@@ -26,6 +26,11 @@ Mapping (one canonical row per job; the header line names the fields, any order,
 - Memory descriptors: ``key=value`` pairs in ``Comment`` (``sbatch --comment "precision=bf16-true
   quant=nf4 strategy=zero3 ckpt=full lora_r=16"``), then ``JobName`` tokens
   (``llama3-8b-qlora-r16-z3``), as ``features.memory_conventions`` reads them.
+- Residency and checkpoints (docs/residency.md): ``Constraints`` (``sbatch --constraint``, a
+  feature expression) -> ``constraints`` as ``label=`` terms (an expression that does not parse
+  rejects the row); ``Comment`` pairs ``checkpoint-kind=``, ``checkpoint-interval=``,
+  ``checkpoint-size-gb=``, ``data-class=``, ``constraints="..."`` (``features.job_conventions``).
+  The partition stays the queue (``residency.queue_is_partition`` makes it a constraint).
 - Steps must follow their job line, as sacct prints them; a step group whose job line is not
   among the rows next to it is rejected with a reason rather than guessed.
 """
@@ -57,11 +62,17 @@ from features.sources._base import (
     require_columns,
     to_float,
 )
-from features.sources.slurm_fields import normalise_slurm_state, parse_slurm_duration, parse_tres
+from features.sources.slurm_fields import (
+    normalise_slurm_state,
+    parse_slurm_duration,
+    parse_tres,
+    slurm_job_fields,
+)
 
 FIELDS = (
     "JobID", "JobName", "User", "Account", "Partition", "QOS", "Submit", "Start", "End", "Elapsed",
     "Timelimit", "State", "ReqTRES", "AllocTRES", "NNodes", "NTasks", "ReqCPUS", "TRESUsageInMax", "Comment",
+    "Constraints",
 )
 REQUIRED = ("JobID", "User", "Submit", "State")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
@@ -224,7 +235,10 @@ class SacctReader(Reader):
             "source": self.name,
         })
         _add_descriptors(frame, col["Comment"], col["JobName"])
+        job_fields, bad_constraint = slurm_job_fields(col["Constraints"].to_pylist(), col["Comment"].to_pylist())
+        _add_columns(frame, job_fields)
         frame[READER_REJECT] = first_reason(n, [
+            (np.array([r is not None for r in bad_constraint], dtype=bool), "unparseable Constraints"),
             (bad_submit, "unparseable Submit time"), (bad_start, "unparseable Start time"),
             (bad_end, "unparseable End time"), (bad_limit, "unparseable Timelimit"),
             (bad_elapsed, "unparseable Elapsed"), (req.bad_memory, "unparseable mem in ReqTRES"),
@@ -237,6 +251,13 @@ def _add_descriptors(frame: pd.DataFrame, comments: pa.Array | pa.ChunkedArray,
     """Memory descriptors from the comment and the job name, as columns (in place; only those found)."""
     found = pd.DataFrame.from_records(descriptors_from_slurm(comments.to_pylist(), names.to_pylist()),
                                       index=frame.index)
+    for column in found.columns:
+        frame[column] = found[column]
+
+
+def _add_columns(frame: pd.DataFrame, records: list[dict]) -> None:
+    """Per-row fields as columns (in place; only those some row has)."""
+    found = pd.DataFrame.from_records(records, index=frame.index)
     for column in found.columns:
         frame[column] = found[column]
 

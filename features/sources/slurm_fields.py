@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from features.constraints import combine_constraints, constraint_from_slurm_features
+from features.job_conventions import job_fields_from_comment
 
 __all__ = [
     "SLURM_STATES",
@@ -29,6 +33,7 @@ __all__ = [
     "slurm_state",
     "parse_slurm_duration",
     "parse_tres",
+    "slurm_job_fields",
     "tres_count",
     "tres_gpu_type",
     "tres_memory_mib",
@@ -320,3 +325,29 @@ def tres_memory_mib(arr: pa.Array | pa.ChunkedArray, key: str, *, bare_unit: str
     """Memory TRES ``key`` (``mem`` or ``gres/gpumem``) in MiB, with a flag for unparseable values."""
     tres = parse_tres(arr, bare_unit=bare_unit)
     return (tres.mem_mib if key == "mem" else tres.gpumem_mib), tres.bad_memory
+
+
+def slurm_job_fields(constraints: list[Any], comments: list[Any]) -> tuple[list[dict[str, Any]], list[str | None]]:
+    """Per job: residency and checkpoint fields (``features.job_conventions``) of its ``--constraint``
+    feature expression (``sacct`` ``Constraints``, ``squeue`` ``features``) and its ``--comment``
+    ``key=value`` pairs, the constraints of both combined; and a reject reason per job (None when
+    fine) for a feature expression that does not parse. Each distinct pair is parsed once."""
+    cache: dict[tuple[Any, Any], tuple[dict[str, Any], str | None]] = {}
+    fields, reasons = [], []
+    for expr, comment in zip(constraints, comments, strict=True):
+        key = (expr if isinstance(expr, str) else None, comment if isinstance(comment, str) else None)
+        hit = cache.get(key)
+        if hit is None:
+            found = job_fields_from_comment(key[1])
+            reason = None
+            try:
+                features = constraint_from_slurm_features(key[0])
+            except ValueError as exc:
+                features, reason = None, f"unparseable Constraints: {exc}"
+            text = combine_constraints(features, found.get("constraints"))
+            if text is not None:
+                found["constraints"] = text
+            hit = cache[key] = (found, reason)
+        fields.append(hit[0])
+        reasons.append(hit[1])
+    return fields, reasons

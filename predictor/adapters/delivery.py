@@ -62,7 +62,7 @@ def decision_to_payload(d: Decision) -> dict[str, Any]:
             "victims": [{"job_id": v.job_id, "team": v.team, "priority": v.priority, "gpus_by_node": _nodes(v.gpus_by_node),
                          "work_lost_s": v.work_lost_s, "gpu_hours_lost": v.gpu_hours_lost} for v in e.victims]},
         "time_limit_s": d.time_limit_s, "reason": d.reason, "model_version": d.model_version,
-        "decided_at": d.decided_at,
+        "decided_at": d.decided_at, "constraint": d.constraint,
     }
 
 
@@ -99,12 +99,14 @@ def decision_from_payload(doc: dict[str, Any]) -> Decision:
                     num_gpus=int(doc.get("num_gpus") or 0), placement=_placement_from(doc.get("placement")),
                     reservation=reservation, eviction=eviction, time_limit_s=doc.get("time_limit_s"),
                     reason=doc.get("reason") or "", model_version=doc.get("model_version") or "fallback",
-                    decided_at=float(doc.get("decided_at") or 0.0))
+                    decided_at=float(doc.get("decided_at") or 0.0), constraint=doc.get("constraint"))
 
 
 def idempotency_key(payload: dict[str, Any]) -> str:
     """Hash of what the adapter acts on: equal decisions share a key, any acted-on change makes a new one."""
     acted = {k: payload.get(k) for k in ACTED_ON}
+    if payload.get("constraint"):  # residency: only constrained decisions key on it (others keep their keys)
+        acted["constraint"] = payload["constraint"]
     text = json.dumps(acted, sort_keys=True, separators=(",", ":"), default=str)
     return f"{payload['job_id']}:{hashlib.sha256(text.encode()).hexdigest()[:24]}"
 

@@ -44,6 +44,13 @@ class DiscoveredNode:
     rack: str | None = None
     block: str | None = None
     nvlink: bool = False  # all its GPUs on one NVLink / NVSwitch fabric
+    # residency attributes (docs/residency.md)
+    region: str | None = None
+    site: str | None = None
+    pool: str | None = None
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +117,15 @@ def inventory_document(nodes: Sequence[DiscoveredNode], *, overrides: Mapping[st
         elif node.gpus:
             raise InputError(f"{origin}: node {node.name} has {node.gpus} GPUs of no stated type "
                              "(untyped gres): give the type in the node's gres (gpu:TYPE:N) or node label")
-        for key in ("rack", "block", "cpus", "mem_mib"):
+        for key in ("rack", "block", "cpus", "mem_mib", "region", "site", "pool"):
             value = getattr(node, key)
             if value is not None:
                 entry[key] = value
+        for key in ("partitions", "features"):  # residency: only what the cluster says
+            if getattr(node, key):
+                entry[key] = list(getattr(node, key))
+        if node.labels:
+            entry["labels"] = dict(node.labels)
         entries.append(entry)
     for spec in types.values():
         if not spec["aliases"]:

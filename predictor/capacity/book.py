@@ -26,6 +26,11 @@ never delays a reservation when it ends by its p90.
 ``busy_until`` inside each unit (island, NUMA domain, node, rack), minimised over units; for "any
 class" the g-th smallest ``busy_until`` of the type.
 GPU shares (``gpu_milli < 1000``) are reserved as whole GPUs: conservative, never double-booked.
+
+*Node eligibility* (``predictor.capacity.eligibility``, docs/residency.md). While a constrained job
+is decided (``restrict(row)``), every GPU-type mask below is intersected with the GPUs its
+constraint allows: starts, backfills, reservations, earliest-start times and the placements of
+preemptors (``extra_free``) never use a GPU outside it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from predictor.capacity.eligibility import NodeEligibility
 from predictor.capacity.layout import CROSS_RACK, MILLI, ClusterLayout
 from predictor.capacity.placement import GangChoice, find_gang
 
@@ -71,10 +77,12 @@ class CapacityBook:
     free_milli : ndarray of int, shape (n_gpus,)
     busy_until : ndarray of float, shape (n_gpus,)
     strategy : {"best_class", "first_fit"}
+    eligibility : NodeEligibility, optional
+        The pending jobs' constraints (rule *node eligibility*); None: every job may use every GPU.
     """
 
     def __init__(self, layout: ClusterLayout, now: float, free_milli: np.ndarray, busy_until: np.ndarray,
-                 strategy: str = "best_class") -> None:
+                 strategy: str = "best_class", eligibility: NodeEligibility | None = None) -> None:
         self.layout = layout
         self.now = float(now)
         self.strategy = strategy
@@ -83,12 +91,31 @@ class CapacityBook:
         self.reserved_from = np.full(layout.n_gpus, np.inf)
         self.any_reserved = False
         self.version = 0  # bumped by every booking; keys the caches below
-        self._sorted_busy: dict[int, tuple[int, np.ndarray]] = {}
-        self._by_class: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
-        self._lendable: dict[int, tuple[int, np.ndarray]] = {}
+        self._sorted_busy: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
+        self._by_class: dict[tuple[int, int, int], tuple[int, np.ndarray]] = {}
+        self._lendable: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
+        # rule *node eligibility*: the constraint code of the job being decided (-1: none)
+        self.eligibility = eligibility
+        self.scope = -1
+        self._scoped: dict[tuple[int, int], np.ndarray] = {}
         whole = self.free_milli == MILLI
         self.whole_free_by_type = np.bincount(layout.gpu_type[whole], minlength=layout.n_types)
         self.any_free_by_type = np.bincount(layout.gpu_type[self.free_milli > 0], minlength=layout.n_types)
+
+    # ------------------------------------------------------------------ node eligibility
+    def restrict(self, row: int) -> None:
+        """Decide pending row ``row`` next: its constraint's GPUs only (rule *node eligibility*)."""
+        self.scope = -1 if self.eligibility is None else int(self.eligibility.codes[row])
+
+    def type_mask(self, type_code: int) -> np.ndarray:
+        """GPUs of ``type_code`` the job being decided may use."""
+        if self.scope < 0:
+            return self.layout.type_masks[type_code]
+        key = (type_code, self.scope)
+        hit = self._scoped.get(key)
+        if hit is None:
+            hit = self._scoped[key] = self.layout.type_masks[type_code] & self.eligibility.gpu_masks[self.scope]
+        return hit
 
     # ------------------------------------------------------------------ queries
     def could_fit_now(self, type_code: int, num_gpus: int, milli: int) -> bool:
@@ -100,19 +127,20 @@ class CapacityBook:
     def whole_free_until(self, type_code: int, end_ts: float) -> int:
         """Wholly free GPUs of the type that a job ending at ``end_ts`` may use now (reservations
         respected, topology ignored): a tight necessary condition for a whole-GPU start."""
-        if not self.any_reserved:
+        if not self.any_reserved and self.scope < 0:
             return int(self.whole_free_by_type[type_code])
-        hit = self._lendable.get(type_code)
+        key = (type_code, self.scope)
+        hit = self._lendable.get(key)
         if hit is None or hit[0] != self.version:
-            free = self.layout.type_masks[type_code] & (self.free_milli == MILLI)
+            free = self.type_mask(type_code) & (self.free_milli == MILLI)
             hit = (self.version, np.sort(self.reserved_from[free]))
-            self._lendable[type_code] = hit
+            self._lendable[key] = hit
         ordered = hit[1]
         return int(len(ordered) - np.searchsorted(ordered, end_ts, side="left"))
 
     def usable_now(self, type_code: int, milli: int, end_ts: float) -> np.ndarray:
         """GPUs of ``type_code`` with ``milli`` free now that a job ending at ``end_ts`` may use."""
-        usable = self.layout.type_masks[type_code] & (self.free_milli >= milli)
+        usable = self.type_mask(type_code) & (self.free_milli >= milli)
         if self.any_reserved:
             usable &= self.reserved_from >= end_ts
         return usable
@@ -125,7 +153,7 @@ class CapacityBook:
         ``extra_free`` adds thousandths per GPU (GPUs that preemption would free).
         """
         free = self.free_milli if extra_free is None else self.free_milli + extra_free
-        base = self.layout.type_masks[type_code] & (free >= milli)
+        base = self.type_mask(type_code) & (free >= milli)
         share = free if milli < MILLI else None
         need_class = 0
         while True:
@@ -145,10 +173,11 @@ class CapacityBook:
 
         The ``num_gpus``-th smallest ``busy_until`` of the type; sorted once per booking version.
         """
-        hit = self._sorted_busy.get(type_code)
+        key = (type_code, self.scope)
+        hit = self._sorted_busy.get(key)
         if hit is None or hit[0] != self.version:
-            hit = (self.version, np.sort(self.busy_until[self.layout.type_masks[type_code]]))
-            self._sorted_busy[type_code] = hit
+            hit = (self.version, np.sort(self.busy_until[self.type_mask(type_code)]))
+            self._sorted_busy[key] = hit
         ordered = hit[1]
         return float(ordered[num_gpus - 1]) if 0 < num_gpus <= len(ordered) else np.inf
 
@@ -159,7 +188,7 @@ class CapacityBook:
         ``num_gpus``-th smallest ``busy_until`` among its GPUs; the level's time is the minimum over
         its units, and a class's time the minimum over the levels at or below it. O(n_gpus).
         """
-        key = (type_code, int(num_gpus))
+        key = (type_code, int(num_gpus), self.scope)
         hit = self._by_class.get(key)
         if hit is not None and hit[0] == self.version:
             return hit[1]
@@ -177,7 +206,10 @@ class CapacityBook:
             rows = members[unit_type == type_code]
             if len(rows) == 0:
                 continue
-            vals = np.where(rows >= 0, self.busy_until[np.maximum(rows, 0)], np.inf)
+            ok = rows >= 0
+            if self.scope >= 0:  # rule *node eligibility*: GPUs outside the constraint never free up
+                ok &= self.eligibility.gpu_masks[self.scope][np.maximum(rows, 0)]
+            vals = np.where(ok, self.busy_until[np.maximum(rows, 0)], np.inf)
             times[level] = float(np.partition(vals, g - 1, axis=1)[:, g - 1].min())
         times[4] = overall
         times = np.minimum.accumulate(times)
@@ -196,7 +228,7 @@ class CapacityBook:
         t = float(times[max_class])
         if not np.isfinite(t):
             return None
-        usable = self.layout.type_masks[type_code] & (self.busy_until <= t)
+        usable = self.type_mask(type_code) & (self.busy_until <= t)
         choice = find_gang(self.layout, usable, num_gpus, max_class=max_class, strategy=self.strategy)
         if choice is None:  # first_fit may miss a class-k set that exists; fall back to any class
             choice = find_gang(self.layout, usable, num_gpus, strategy="best_class", max_class=max_class)

@@ -22,6 +22,11 @@ class Node:
     ``nvlink_islands`` groups GPU indices that share NVLink/NVSwitch (one island of all GPUs on a DGX;
     empty for PCIe-only nodes). ``numa_of_gpu[i]`` is GPU i's NUMA node. ``rack`` is the ToR switch,
     ``block`` the aggregation level above it (None where unknown).
+
+    Residency attributes (docs/residency.md, matched by ``predictor.capacity.eligibility``):
+    ``region``, ``site`` (data centre) and ``pool`` (node pool) where known; ``partitions`` the
+    Slurm partitions it is in; ``features`` its tags (Slurm node features, Kubernetes labels with
+    value ``true``); ``labels`` its other node labels as ``(name, value)`` pairs.
     """
 
     name: str
@@ -33,6 +38,12 @@ class Node:
     block: str | None = None
     cpus: int | None = None
     mem_mib: int | None = None
+    region: str | None = None
+    site: str | None = None
+    pool: str | None = None
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,13 @@ class _NodeSpec(BaseModel):
     block: str | None = None
     cpus: int | None = Field(None, ge=0)
     mem_mib: int | None = Field(None, ge=0)
+    # residency attributes (docs/residency.md)
+    region: str | None = Field(None, min_length=1, description="region the node is in, e.g. eu-west")
+    site: str | None = Field(None, min_length=1, description="site / data centre, e.g. fra1")
+    pool: str | None = Field(None, min_length=1, description="node pool (Kubernetes node group)")
+    partitions: list[str] = Field(default_factory=list, description="Slurm partitions the node is in")
+    features: list[str] = Field(default_factory=list, description="tags: Slurm node features, true-valued labels")
+    labels: dict[str, str] = Field(default_factory=dict, description="other node labels (name: value)")
 
     @field_validator("nvlink_islands")
     @classmethod
@@ -131,7 +138,9 @@ def inventory_from_mapping(data: Mapping[str, Any], origin: str = "inventory") -
                 raise InputError(f"{where}: count {entry.count} needs a name pattern with {{i}}")
             nodes.append(Node(name=name, gpu_type=entry.gpu_type if entry.gpus else None, num_gpus=entry.gpus,
                               nvlink_islands=islands, numa_of_gpu=numa, rack=rack, block=entry.block,
-                              cpus=entry.cpus, mem_mib=entry.mem_mib))
+                              cpus=entry.cpus, mem_mib=entry.mem_mib, region=entry.region, site=entry.site,
+                              pool=entry.pool, partitions=tuple(entry.partitions), features=tuple(entry.features),
+                              labels=tuple(sorted(entry.labels.items()))))
     try:
         return Inventory(nodes=tuple(nodes), gpu_types=types, aliases=aliases)
     except ValueError as exc:

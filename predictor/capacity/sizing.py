@@ -18,6 +18,10 @@ Warnings:
   may be wrong) but runs on the largest-memory type(s) of it (the smallest OOM risk), and the
   warning says how many of the largest GPUs a sharded run would need.
 
+*Node eligibility* (docs/residency.md): a constrained job counts only the GPUs of each type on the
+nodes its constraint allows; a job left with no type is flagged ``constrained`` (it can never run
+here, and its decision names the constraint).
+
 Sizing by prediction is skipped (request kept, warnings still computed) when
 ``sizing.use_predictions`` is false, and for jobs without a memory prediction.
 """
@@ -30,6 +34,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from predictor.capacity.eligibility import NodeEligibility
 from predictor.capacity.layout import MILLI, ClusterLayout
 from predictor.capacity.requests import requested_types
 
@@ -66,6 +71,8 @@ class SizingOutcome:
     too_small, wasteful, fits_nowhere, requested_missing : ndarray of bool
         Warning flags (see the module docstring); ``requested_missing``: no requested type exists
         in the cluster in the number the gang needs.
+    constrained : ndarray of bool or None
+        The job's constraint leaves it no type it could otherwise run on (None: nobody is constrained).
     """
 
     allowed: np.ndarray
@@ -75,10 +82,12 @@ class SizingOutcome:
     wasteful: np.ndarray
     fits_nowhere: np.ndarray
     requested_missing: np.ndarray
+    constrained: np.ndarray | None = None
 
 
 def size_jobs(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray, gpu_milli: np.ndarray,
-              peak_upper_mib: np.ndarray, requested_types: np.ndarray | None) -> SizingOutcome:
+              peak_upper_mib: np.ndarray, requested_types: np.ndarray | None,
+              eligibility: NodeEligibility | None = None) -> SizingOutcome:
     """Size every job at once (see the module docstring for the rules).
 
     Parameters
@@ -89,6 +98,8 @@ def size_jobs(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray,
     peak_upper_mib : ndarray of float, shape (n_jobs,)
         Predicted upper bound of peak memory per GPU; NaN when unknown.
     requested_types : ndarray of bool, shape (n_jobs, n_types), or None for "any type"
+    eligibility : NodeEligibility, optional
+        The jobs' constraints (rule *node eligibility*).
 
     Returns
     -------
@@ -97,16 +108,23 @@ def size_jobs(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray,
     n, t = len(num_gpus), layout.n_types
     need = peak_upper_mib * (1.0 + cfg.margin_fraction) + cfg.margin_mib
     known = np.isfinite(need)
+    count_ok = layout.gpus_of_type()[None, :] >= num_gpus[:, None]
+    constrained = None
+    if eligibility is not None:  # rule *node eligibility*: only the GPUs its constraint allows count
+        unconstrained_ok = count_ok
+        count_ok = count_ok & eligibility.type_allows(num_gpus)
+        req0 = unconstrained_ok if requested_types is None else unconstrained_ok & requested_types
+        constrained = req0.any(axis=1) & ~(count_ok if requested_types is None else count_ok & requested_types).any(axis=1)
     if not known.any() and requested_types is None:  # nothing to size by: any type with room for the gang
-        allowed = layout.gpus_of_type()[None, :] >= num_gpus[:, None]
+        allowed = count_ok
         none = np.zeros(n, dtype=bool)
         any_allowed = allowed.any(axis=1)
         return SizingOutcome(allowed=allowed, flavor=np.where(any_allowed, np.argmax(allowed, axis=1), -1),
                              need_mib=need, too_small=none, wasteful=none, fits_nowhere=none,
-                             requested_missing=~any_allowed)
+                             requested_missing=~any_allowed & (True if constrained is None else ~constrained),
+                             constrained=constrained)
     capacity = layout.type_memory_mib[None, :] * (gpu_milli[:, None] / MILLI)
     fits = ~(need[:, None] > capacity)  # NaN need -> fits everywhere
-    count_ok = layout.gpus_of_type()[None, :] >= num_gpus[:, None]
     req = np.ones((n, t), dtype=bool) if requested_types is None else requested_types
     has_request = ~req.all(axis=1) if t else np.zeros(n, dtype=bool)
     req_ok = req & count_ok
@@ -133,7 +151,9 @@ def size_jobs(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray,
     wasteful = known & has_request & any_allowed & (cheapest_fit < flavor) & (flavor_mem >= cfg.waste_ratio * need)
     return SizingOutcome(
         allowed=allowed, flavor=flavor, need_mib=np.where(known, need, np.nan), too_small=too_small,
-        wasteful=wasteful, fits_nowhere=fits_nowhere, requested_missing=~req_ok.any(axis=1),
+        wasteful=wasteful, fits_nowhere=fits_nowhere,
+        requested_missing=~req_ok.any(axis=1) & (True if constrained is None else ~constrained),
+        constrained=constrained,
     )
 
 

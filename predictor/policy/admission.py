@@ -17,12 +17,19 @@ import numpy as np
 
 from features.schema import PLACEMENT_CLASSES as CLS
 from predictor.capacity.book import CapacityBook
+from predictor.capacity.eligibility import why_nowhere
 from predictor.capacity.layout import MILLI
 from predictor.capacity.placement import GangChoice
 from predictor.policy.context import CycleContext
 from predictor.policy.factors.base import hours
 from predictor.policy.plan import Outcome
-from predictor.policy.preemption import choose_victims, milli_of, work_lost_s
+from predictor.policy.preemption import (
+    choose_victims,
+    eviction_grace_s,
+    milli_of,
+    preemption_cost_s,
+    work_lost_s,
+)
 from predictor.policy.quota import QuotaBook
 
 __all__ = ["Admission"]
@@ -71,8 +78,10 @@ class Admission:
 
     @cached_property
     def lost_gpu_s(self) -> np.ndarray:
-        r = self.ctx.snapshot.running
-        return self.lost_s * r.num_gpus * r.gpu_milli / MILLI
+        """GPU-seconds each eviction costs (rule *preemption cost*: lost work + checkpoint write + restore)."""
+        r, pc = self.ctx.snapshot.running, self.pol.preemption
+        cost_s = preemption_cost_s(r, self.now, pc.assumed_checkpoint_interval_s, pc.checkpoint_bandwidth_gb_s)
+        return cost_s * r.num_gpus * r.gpu_milli / MILLI
 
     # ------------------------------------------------------------------ the walk
     def run(self, order: np.ndarray) -> None:
@@ -118,6 +127,7 @@ class Admission:
                     self.beyond_depth += len(passed)
                 rows, pos, fits_only = rest[ok].tolist(), 0, True
                 continue
+            book.restrict(i)  # residency: this job's eligible GPUs only (rule *node eligibility*)
             types = [0] if single_type else allowed[i]
             g = g_of[i]
             if share[i]:
@@ -190,6 +200,7 @@ class Admission:
     def consider(self, i: int) -> str:
         """Decide one job (steps a-d of the module docstring); returns the action taken."""
         ctx, book, p = self.ctx, self.book, self.ctx.pending
+        book.restrict(i)  # residency: this job's eligible GPUs only (rule *node eligibility*)
         g, m = int(p.num_gpus[i]), int(p.gpu_milli[i])
         scope = int(self.scope[i])
         if self.strict and (self.blocked_all or scope in self.blocked):
@@ -256,14 +267,14 @@ class Admission:
         for t in types:
             if not book.could_fit_now(t, g, m):
                 continue
-            failed = self.fail.get((t, m))
+            failed = self.fail.get((t, m, book.scope))  # residency: failures hold per constraint
             if failed and any(g >= fg and (not book.any_reserved or ends[0] >= fe) for fg, fe in failed):
                 continue
             self.attempts += 1
             choice = book.place_now(t, g, m, ends)
             if choice is not None:
                 return choice, t
-            self.fail.setdefault((t, m), []).append((g, float(ends[-1])))
+            self.fail.setdefault((t, m, book.scope), []).append((g, float(ends[-1])))
         return None, -1
 
     def _better_later(self, t: int, g: int, c: int, d50: float, slow: np.ndarray, done_base: float,
@@ -333,7 +344,7 @@ class Admission:
         scope = self.pol.preemption.scope
         tier = int(self.ctx.tier_index[i]) if scope == "tier_rules" else -1
         team = int(self.ctx.pending.team[i]) if scope == "kueue" else -1
-        return tier, team, m
+        return tier, team, m, self.book.scope  # residency: failures hold per constraint
 
     def _should_preempt(self, i: int, wait_s: float, run_s: float) -> bool:
         """Rule *preemption trigger*: the wait exceeds ``trigger_wait_s``, or the deadline would be
@@ -382,7 +393,12 @@ class Admission:
                 if v.work_lost_gpu_s + held * run > ratio * max(wait_s - pc.grace_s, 0.0) * g * m / MILLI:
                     continue
             c = v.placement.placement_class
-            self._hand_over(v.rows, v.placement.gpus, m, float(ends[c]), self.now + pc.grace_s)
+            # rule *snapshot grace*: the victims' system snapshots are written before the kill
+            grace = eviction_grace_s(r, v.rows, pc.grace_s, pc.checkpoint_bandwidth_gb_s)
+            end = float(ends[c]) if grace <= pc.grace_s else float(self.now + grace + d90 * slow[c])
+            if end > ends[c] and self.book.any_reserved and (self.book.reserved_from[v.placement.gpus] < end).any():
+                continue
+            self._hand_over(v.rows, v.placement.gpus, m, end, self.now + grace)
             self.evicted[v.rows] = True
             if self.quota is not None:
                 for row in v.rows.tolist():
@@ -392,7 +408,7 @@ class Admission:
             self.fail.clear()
             self.preempt_fail.clear()
             self.outcomes[i] = Outcome("preempt", type_code=t, gpus=v.placement.gpus, placement_class=c,
-                                       start_ts=self.now + pc.grace_s, end_ts=float(ends[c]), victims=v.rows,
+                                       start_ts=self.now + grace, end_ts=end, victims=v.rows,
                                        lost_gpu_s=v.work_lost_gpu_s)
             return True
         self.preempt_fail.setdefault(self._preempt_key(i, m), []).append((g, int(self.priority[i]), float(ends[-1])))
@@ -418,6 +434,10 @@ class Admission:
     def _never_note(self, i: int) -> str:
         p, lay, sizing = self.ctx.pending, self.ctx.layout, self.ctx.sizing
         g = int(p.num_gpus[i])
+        if sizing.constrained is not None and sizing.constrained[i]:  # residency: name the constraint
+            text = self.book.eligibility.text_of(i) if self.book.eligibility is not None else None
+            req = None if p.requested_types is None else np.flatnonzero(p.requested_types[i]).tolist()
+            return why_nowhere(lay, text or "", g, req)
         pools = lay.gpus_of_type()
         if sizing.requested_missing[i] and p.requested_types is not None and not p.requested_types[i].all():
             raw = p.gpu_request[i] if p.gpu_request is not None else None

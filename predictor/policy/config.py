@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from predictor.capacity.sizing import SizingConfig
+from predictor.policy.residency import ResidencyConfig
 
 __all__ = [
     "PolicyConfig",
@@ -33,6 +34,7 @@ __all__ = [
     "PreemptionConfig",
     "TimeLimitConfig",
     "LasConfig",
+    "ResidencyConfig",
     "KUEUE_PRIORITY_CLASS_MAX",
 ]
 
@@ -195,6 +197,10 @@ class PreemptionConfig(_Section):
     assumed_checkpoint_interval_s: float | None = Field(None, gt=0, description=(
         "checkpoint interval assumed for running jobs that report neither a checkpoint nor an interval "
         "(null: such jobs lose everything since they started)"))
+    checkpoint_bandwidth_gb_s: float = Field(1.0, gt=0, description=(
+        "storage bandwidth a job writes and restores its checkpoint at, GB/s: a system snapshot costs "
+        "size / bandwidth to write (the eviction's grace period covers it) and again to restore "
+        "(rule *preemption cost*, predictor.policy.preemption)"))
 
 
 class TimeLimitConfig(_Section):
@@ -270,6 +276,7 @@ class PolicyConfig(_Section):
     preemption: PreemptionConfig = PreemptionConfig()
     time_limit: TimeLimitConfig = TimeLimitConfig()
     las: LasConfig = LasConfig()
+    residency: ResidencyConfig = ResidencyConfig()  # docs/residency.md
 
     @field_validator("ordering")
     @classmethod

@@ -128,6 +128,7 @@ class Decision:
     model_version: str = "fallback"
     fallback: bool = False
     decided_at: float = 0.0
+    constraint: str | None = None  # where it may run (docs/residency.md); adapters carry it to the scheduler
     extra: dict = field(default_factory=dict, hash=False, compare=False)
 
     @property

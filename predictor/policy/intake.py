@@ -17,6 +17,18 @@ Rules (referred to by name elsewhere):
   order; one that cannot be placed (it runs outside the inventory) holds nothing and is reported.
 * *predicted end* of a running job: its start plus the predicted p90 run time times the slowdown of
   the placement it holds (NaN when not predicted).
+* *job constraint* (docs/residency.md): the job's ``constraints`` (``features.constraints``) and,
+  for a ``data_class``, a ``data_class=<class>`` term, as one canonical text; the policy's residency
+  rules (per team, per data class) are added when a cycle opens (``PolicyConfig.residency``). A
+  malformed constraint is an error naming the job and the term. A running job placed by rule
+  *running placement* is placed on the nodes its own constraint allows.
+* *checkpoint kind* (rule *preemption cost*, ``predictor.policy.preemption``): the declared
+  ``checkpoint_kind``; else ``application`` when the job declares a checkpoint interval (periodic
+  saves are the application's); else unknown. *Checkpoint size*: the declared
+  ``checkpoint_size_gb``; else for a system snapshot the GPU memory it holds (its measured peak per
+  GPU, else the GPU's memory, times its share) plus its host memory (``mem_mib``); else for an
+  application checkpoint 16 bytes per model parameter (weights and Adam moments) when
+  ``model_params`` is known; else unknown.
 
 Inputs are canonical job records (``features.schema``) as a DataFrame or a mapping of column name to
 array, with predictions (``models.prediction.PREDICTION_COLUMNS``) in the same row order.
@@ -30,14 +42,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from features.constraints import combine_constraints
 from features.errors import InputError
 from models.prediction import SLOWDOWN_COLUMNS
+from predictor.capacity.eligibility import node_mask
 from predictor.capacity.layout import MILLI, ClusterLayout
 from predictor.capacity.placement import find_gang
 from predictor.capacity.requests import requested_types
-from predictor.policy.snapshot import PendingJobs, RunningJobs
+from predictor.policy.snapshot import CHECKPOINT_KIND_CODES, PendingJobs, RunningJobs, checkpoint_kind_codes
 
-__all__ = ["Columns", "Names", "Vocabulary", "pending_jobs", "running_jobs", "RunningIntake"]
+__all__ = ["Columns", "Names", "Vocabulary", "pending_jobs", "running_jobs", "RunningIntake", "job_constraints",
+           "checkpoint_columns"]
 
 Columns = pd.DataFrame | Mapping[str, np.ndarray]
 
@@ -110,6 +125,58 @@ def floats(table: Columns, col: str, fill: float = np.nan, n: int | None = None)
     return np.where(np.isfinite(values), values, fill)
 
 
+def job_constraints(jobs: Columns, ids: np.ndarray | None = None) -> np.ndarray | None:
+    """Rule *job constraint*: each job's own constraint text (None where none); None when no job has one.
+
+    Raises
+    ------
+    InputError
+        A constraint is malformed (the message names the job and the term).
+    """
+    own, data_class = strings(jobs, "constraints"), strings(jobs, "data_class")
+    if not any(isinstance(v, str) for v in own) and not any(isinstance(v, str) for v in data_class):
+        return None
+    ids = strings(jobs, "job_id") if ids is None else ids
+    cache: dict[tuple[object, object], str | None] = {}
+    out = np.full(len(own), None, dtype=object)
+    for i, key in enumerate(zip(own.tolist(), data_class.tolist(), strict=True)):
+        if key == (None, None):
+            continue
+        hit = cache.get(key, "")
+        if hit == "":
+            text, cls = key
+            try:
+                hit = combine_constraints(text, f"data_class={cls.strip()}" if isinstance(cls, str) and cls.strip()
+                                          else None)
+            except ValueError as exc:
+                raise InputError(f"job {ids[i]}: {exc}") from None
+            cache[key] = hit
+        out[i] = hit
+    return out
+
+
+_GB_PER_MIB = 1.0 / 1024.0
+_BYTES_PER_PARAM = 16.0  # bf16 weights + fp32 master + two Adam moments (rule *checkpoint size*)
+
+
+def checkpoint_columns(jobs: Columns, gpu_memory_mib: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rules *checkpoint kind* and *checkpoint size* of every row of ``jobs``: kind codes
+    (``CHECKPOINT_KIND_CODES``, -1 unknown) and sizes in GB (NaN unknown). ``gpu_memory_mib`` is the
+    GPU memory each job's snapshot holds (all its GPUs together; NaN where unknown)."""
+    kind = checkpoint_kind_codes(strings(jobs, "checkpoint_kind"))
+    interval = floats(jobs, "checkpoint_interval_s")
+    kind = np.where((kind < 0) & np.isfinite(interval), CHECKPOINT_KIND_CODES["application"], kind).astype(np.int8)
+    size = floats(jobs, "checkpoint_size_gb")
+    system = (kind == CHECKPOINT_KIND_CODES["system"]) & ~np.isfinite(size)
+    if system.any():
+        host = np.nan_to_num(floats(jobs, "mem_mib"), nan=0.0)
+        size = np.where(system, (np.asarray(gpu_memory_mib, dtype=np.float64) + host) * _GB_PER_MIB, size)
+    app = (kind == CHECKPOINT_KIND_CODES["application"]) & ~np.isfinite(size)
+    if app.any():
+        size = np.where(app, floats(jobs, "model_params") * _BYTES_PER_PARAM / 1e9, size)
+    return kind, size
+
+
 def _slowdown(preds: Columns, n: int) -> np.ndarray:
     return np.column_stack([floats(preds, c, 1.0, n) for c in SLOWDOWN_COLUMNS]).reshape(n, len(SLOWDOWN_COLUMNS))
 
@@ -146,7 +213,7 @@ def pending_jobs(jobs: Columns, preds: Columns, vocab: Vocabulary, layout: Clust
         p90_s=floats(preds, "duration_p90_s", n=n), peak_vram_upper_mib=floats(preds, "peak_vram_upper_mib", n=n),
         slowdown=_slowdown(preds, n), attained_gpu_s=attained_gpu_s, fallback=fallback,
         model_version=strings(preds, "model_version") if "model_version" in preds else None,
-        requested_types=requested, gpu_request=request,
+        requested_types=requested, gpu_request=request, constraint=job_constraints(jobs, ids),
     )
 
 
@@ -165,7 +232,7 @@ class RunningIntake:
 
 
 def _place(layout: ClusterLayout, free: np.ndarray, num: int, milli: int, allowed: np.ndarray | None,
-           nodes: str | None) -> np.ndarray | None:
+           nodes: str | None, constraint: str | None = None) -> np.ndarray | None:
     """Rule *running placement* for one job without known GPUs."""
     usable = free >= milli
     names = [n for n in (nodes or "").split(",") if n]
@@ -180,6 +247,8 @@ def _place(layout: ClusterLayout, free: np.ndarray, num: int, milli: int, allowe
             local = np.flatnonzero(usable[first:first + count])[:min(per_node, num - len(chosen))]
             chosen.extend((first + local).tolist())
         return np.array(chosen, dtype=np.int64) if len(chosen) == num else None
+    if constraint is not None:  # rule *job constraint*: only on the nodes it may run on
+        usable = usable & node_mask(layout, constraint)[layout.gpu_node]
     for t in range(layout.n_types):
         if allowed is not None and not allowed[t]:
             continue
@@ -214,6 +283,7 @@ def running_jobs(jobs: Columns, preds: Columns, vocab: Vocabulary, layout: Clust
     start = np.where(np.isfinite(start), start, now)
     allowed, _ = requested_types(strings(jobs, "gpu_type"), layout, ids) if n else (None, None)
     nodes = strings(jobs, "nodes")
+    constraint = job_constraints(jobs, ids) if n else None
     free = np.full(layout.n_gpus, MILLI, dtype=np.int64)
     held: list[np.ndarray | None] = [None] * n
     known = [bool(gpus is not None and gpus[i] is not None and len(gpus[i])) for i in range(n)]
@@ -223,7 +293,8 @@ def running_jobs(jobs: Columns, preds: Columns, vocab: Vocabulary, layout: Clust
             free[held[i]] -= milli[i]
     for i in np.argsort(start, kind="stable"):
         if not known[i]:
-            got = _place(layout, free, int(num[i]), int(milli[i]), None if allowed is None else allowed[i], nodes[i])
+            got = _place(layout, free, int(num[i]), int(milli[i]), None if allowed is None else allowed[i], nodes[i],
+                         None if constraint is None else constraint[i])
             if got is not None:
                 free[got] -= milli[i]
                 held[i] = got
@@ -237,6 +308,12 @@ def running_jobs(jobs: Columns, preds: Columns, vocab: Vocabulary, layout: Clust
     def pick(values: np.ndarray | None, fill: float) -> np.ndarray:
         return np.full(len(rows), fill) if values is None else np.asarray(values, dtype=np.float64)[rows]
 
+    peak = floats(jobs, "peak_vram_mib")
+    held_mib = np.array([(peak[i] if np.isfinite(peak[i]) else
+                          float(layout.type_memory_mib[layout.gpu_type[held[i]]].mean()) * milli[i] / MILLI)
+                         * len(held[i]) if held[i] is not None and len(held[i]) else np.nan for i in range(n)])
+    kind, size = checkpoint_columns(jobs, held_mib)
+    kind, size = kind[rows], size[rows]
     running = RunningJobs.from_columns(
         job_id=ids[rows], gpus=[held[i] for i in rows], start_ts=start[rows], gpu_milli=milli[rows],
         team=vocab.teams.codes(strings(jobs, "team")[rows]), tier=vocab.tiers.codes(strings(jobs, "tier")[rows]),
@@ -245,5 +322,6 @@ def running_jobs(jobs: Columns, preds: Columns, vocab: Vocabulary, layout: Clust
         checkpoint_interval_s=floats(jobs, "checkpoint_interval_s")[rows],
         priority=np.zeros(len(rows), np.int64) if priority is None else np.asarray(priority, np.int64)[rows],
         attained_gpu_s=pick(attained_gpu_s, np.nan), submit_ts=floats(jobs, "submit_ts")[rows],
+        checkpoint_kind=kind, checkpoint_size_gb=size,
     )
     return RunningIntake(running=running, unplaced=unplaced, rows=rows)

@@ -200,7 +200,9 @@ class DecisionWriter:
         if o.action == "preempt" and lost_s is not None:
             pc = self.policy.preemption
             eviction = EvictionPlan(for_job_id=str(p.job_id[i]), victims=self.victims(o, lost_s),
-                                    signal=pc.signal, grace_s=pc.grace_s, requeue=pc.requeue)
+                                    signal=pc.signal, requeue=pc.requeue,
+                                    # rule *snapshot grace*: the preemptor starts when the victims' snapshots are written
+                                    grace_s=max(pc.grace_s, float(o.start_ts) - ctx.now))
         flavor_code = o.type_code if o.type_code >= 0 else int(ctx.sizing.flavor[i])
         q = int(p.queue[i])
         team = int(p.team[i])
@@ -219,6 +221,7 @@ class DecisionWriter:
             eviction=eviction, time_limit_s=limit, sla_at_risk=bool(ctx.at_risk[i]),
             warnings=self.warnings(i, limit) if self.explain else (), reason=reason, model_version=str(p.model_version[i]),
             fallback=bool(p.fallback[i]), decided_at=ctx.now,
+            constraint=ctx.book.eligibility.text_of(i) if ctx.book.eligibility is not None else None,  # residency
             extra={"pending_row": i, "gpu_milli": int(p.gpu_milli[i])},
         )
 

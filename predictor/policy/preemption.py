@@ -13,12 +13,25 @@ any reservation on a GPU it takes), minimising first the work lost and then the 
 2. *anywhere*: evict candidates cheapest first (cheapest = least work lost, then most GPUs freed)
    until the gang fits, then drop every victim the placement does not need, costliest first;
 
-and keep the cheaper of the two (fewer victims on a tie). Work lost is GPU-seconds since the job's
-last checkpoint (``work_lost_s`` x GPUs).
+and keep the cheaper of the two (fewer victims on a tie). The cost of a victim is rule *preemption
+cost* in GPU-seconds (``preemption_cost_s`` x GPUs x share).
 
-Rule *work lost*: ``now - last_checkpoint`` when the job reported one; else
-``(now - start) mod interval`` with its checkpoint interval (known, or
-``preemption.assumed_checkpoint_interval_s``); else everything since it started.
+Rule *work lost*, by the job's checkpoint kind (``RunningJobs.checkpoint_kind``; docs/rules-layer.md,
+*Checkpoint kinds*):
+
+* ``application`` or unknown: ``now - last_checkpoint`` when the job reported one; else
+  ``(now - start) mod interval`` with its own checkpoint interval (checkpoints counted from its
+  start); else, with ``preemption.assumed_checkpoint_interval_s``, the expected loss over an unknown
+  phase, ``min(ran, interval / 2)``; else everything since it started;
+* ``system`` (a CRIU / cuda-checkpoint snapshot taken at the eviction): nothing;
+* ``none``: everything since it started.
+
+Rule *preemption cost*: work lost plus the time to write the checkpoint at the eviction (a system
+snapshot: ``size / preemption.checkpoint_bandwidth_gb_s``; an application checkpoint was written
+already) plus the time to restore it when the job restarts (``size / bandwidth`` for both kinds);
+an unknown size costs no time. Rule *snapshot grace*: an eviction's grace period is at least the
+longest snapshot write of its victims (``eviction_grace_s``), so the snapshot is complete before
+the kill.
 """
 
 from __future__ import annotations
@@ -31,9 +44,12 @@ import numpy as np
 from predictor.capacity.book import CapacityBook
 from predictor.capacity.layout import CROSS_NUMA, CROSS_RACK
 from predictor.capacity.placement import GangChoice
-from predictor.policy.snapshot import RunningJobs
+from predictor.policy.snapshot import CHECKPOINT_KIND_CODES, RunningJobs
 
-__all__ = ["VictimChoice", "work_lost_s", "choose_victims", "milli_of"]
+__all__ = ["VictimChoice", "work_lost_s", "checkpoint_write_s", "checkpoint_restore_s", "preemption_cost_s",
+           "eviction_grace_s", "choose_victims", "milli_of"]
+
+_SYSTEM, _NONE = CHECKPOINT_KIND_CODES["system"], CHECKPOINT_KIND_CODES["none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,15 +62,44 @@ class VictimChoice:
 
 
 def work_lost_s(running: RunningJobs, now: float, assumed_interval_s: float | None) -> np.ndarray:
-    """Seconds of progress each running job loses if evicted now (see the module docstring)."""
+    """Rule *work lost*: seconds of progress each running job loses if evicted now (module docstring)."""
     ran = np.maximum(now - running.start_ts, 0.0)
     interval = running.checkpoint_interval_s
-    if assumed_interval_s is not None:
-        interval = np.where(np.isfinite(interval), interval, assumed_interval_s)
     with np.errstate(invalid="ignore", divide="ignore"):
         by_interval = np.where(np.isfinite(interval) & (interval > 0), np.mod(ran, interval), ran)
+    if assumed_interval_s is not None:  # phase unknown: the expected loss
+        by_interval = np.where(np.isfinite(interval), by_interval, np.minimum(ran, assumed_interval_s / 2.0))
     since_ckpt = now - np.maximum(running.last_checkpoint_ts, running.start_ts)
-    return np.where(np.isfinite(running.last_checkpoint_ts), np.clip(since_ckpt, 0.0, ran), by_interval)
+    lost = np.where(np.isfinite(running.last_checkpoint_ts), np.clip(since_ckpt, 0.0, ran), by_interval)
+    kind = running.checkpoint_kind
+    return np.where(kind == _SYSTEM, 0.0, np.where(kind == _NONE, ran, lost))
+
+
+def checkpoint_write_s(running: RunningJobs, bandwidth_gb_s: float) -> np.ndarray:
+    """Seconds to write each job's checkpoint at an eviction (system snapshots; 0 otherwise or unknown)."""
+    size = np.nan_to_num(running.checkpoint_size_gb, nan=0.0)
+    return np.where(running.checkpoint_kind == _SYSTEM, size / bandwidth_gb_s, 0.0)
+
+
+def checkpoint_restore_s(running: RunningJobs, bandwidth_gb_s: float) -> np.ndarray:
+    """Seconds to restore each job's checkpoint when it restarts (0 for none, unknown kind or size)."""
+    size = np.nan_to_num(running.checkpoint_size_gb, nan=0.0)
+    return np.where((running.checkpoint_kind >= 0) & (running.checkpoint_kind != _NONE), size / bandwidth_gb_s, 0.0)
+
+
+def preemption_cost_s(running: RunningJobs, now: float, assumed_interval_s: float | None,
+                      bandwidth_gb_s: float) -> np.ndarray:
+    """Rule *preemption cost*: seconds of GPU time each job's eviction costs (lost + write + restore)."""
+    return (work_lost_s(running, now, assumed_interval_s) + checkpoint_write_s(running, bandwidth_gb_s)
+            + checkpoint_restore_s(running, bandwidth_gb_s))
+
+
+def eviction_grace_s(running: RunningJobs, rows: np.ndarray, grace_s: float, bandwidth_gb_s: float) -> float:
+    """Rule *snapshot grace*: the policy's grace, or the longest snapshot write of the victims ``rows``."""
+    if len(rows) == 0:
+        return float(grace_s)
+    write = checkpoint_write_s(running, bandwidth_gb_s)[np.asarray(rows, dtype=np.int64)]
+    return float(max(grace_s, float(np.ceil(write.max()))))
 
 
 def _extra(n_gpus: int, gpus: np.ndarray, milli: np.ndarray) -> np.ndarray:
@@ -86,7 +131,8 @@ def choose_victims(book: CapacityBook, running: RunningJobs, candidates: np.ndar
     lay = book.layout
     g = int(num_gpus)
     entry_job = running.alloc_job
-    sel = candidates[entry_job] & (lay.gpu_type[running.alloc_gpus] == type_code)
+    # the preemptor's type, and (rule *node eligibility*) only GPUs its constraint allows
+    sel = candidates[entry_job] & book.type_mask(type_code)[running.alloc_gpus]
     if not sel.any():
         return None
     e_job, e_gpu = entry_job[sel], running.alloc_gpus[sel]
@@ -104,7 +150,7 @@ def choose_victims(book: CapacityBook, running: RunningJobs, candidates: np.ndar
     rank[cost_order] = np.arange(len(cost_order))
     by_job = np.argsort(rank[e_job], kind="stable")  # entries grouped by job, cheapest job first
     bounds = np.searchsorted(rank[e_job][by_job], np.arange(len(cost_order) + 1))
-    base_ok = lay.type_masks[type_code].copy()
+    base_ok = book.type_mask(type_code).copy()
     if book.any_reserved:
         base_ok &= book.reserved_from >= end_by_class[0]
     free = book.free_milli

@@ -42,6 +42,7 @@ from predictor.policy.config import PolicyConfig
 from predictor.policy.context import CycleContext
 from predictor.policy.ordering import ORDERINGS, Ordering, order_pending
 from predictor.policy.plan import Assignment, DecisionWriter, SchedulePlan
+from predictor.policy.residency import cycle_eligibility
 from predictor.policy.snapshot import ClusterSnapshot
 
 __all__ = ["decide", "open_cycle"]
@@ -72,9 +73,13 @@ def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig) -> CycleContext:
     busy = predicted_busy_until(lay.n_gpus, now, run.alloc_gpus, run.alloc_offsets, run.start_ts,
                                 run.predicted_end_ts, overrun_extension_s=rcfg.overrun_extension_s,
                                 unknown_duration_s=rcfg.unknown_duration_s)
-    book = CapacityBook(lay, now, snapshot.free_milli, busy, strategy=policy.placement.strategy)
+    # residency (docs/residency.md): each pending job's eligible nodes, from its constraint and the policy
+    eligibility = cycle_eligibility(lay, pend, snapshot.teams, policy.residency, snapshot.queues)
+    book = CapacityBook(lay, now, snapshot.free_milli, busy, strategy=policy.placement.strategy,
+                        eligibility=eligibility)
     sizing = size_jobs(lay, policy.sizing, num_gpus=pend.num_gpus, gpu_milli=pend.gpu_milli,
-                       peak_upper_mib=pend.peak_vram_upper_mib, requested_types=pend.requested_types)
+                       peak_upper_mib=pend.peak_vram_upper_mib, requested_types=pend.requested_types,
+                       eligibility=eligibility)
     return CycleContext(snapshot, policy, sizing, book)
 
 

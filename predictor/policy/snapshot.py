@@ -19,12 +19,24 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from features.job_conventions import CHECKPOINT_KINDS
 from features.schema import PLACEMENT_CLASSES
 from predictor.capacity.layout import MILLI, ClusterLayout
 
-__all__ = ["PendingJobs", "RunningJobs", "ClusterSnapshot"]
+__all__ = ["PendingJobs", "RunningJobs", "ClusterSnapshot", "CHECKPOINT_KIND_CODES", "checkpoint_kind_codes"]
 
 N_CLASSES = len(PLACEMENT_CLASSES)
+#: ``RunningJobs.checkpoint_kind`` code of each kind (``features.job_conventions.CHECKPOINT_KINDS``).
+CHECKPOINT_KIND_CODES: dict[str, int] = {k: i for i, k in enumerate(CHECKPOINT_KINDS)}
+
+
+def checkpoint_kind_codes(values: object) -> np.ndarray:
+    """Codes of checkpoint kind names (int codes pass through; unknown or null -> -1)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int8)
+    return np.fromiter((CHECKPOINT_KIND_CODES.get(v, -1) if isinstance(v, str) else -1 for v in arr.tolist()),
+                       dtype=np.int8, count=len(arr))
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
@@ -61,6 +73,10 @@ class PendingJobs:
         GPU types (layout codes) the job accepts; None = any type.
     gpu_request : ndarray of object or None
         The request as written (``"V100M16|V100M32"``), for messages about types the cluster lacks.
+    constraint : ndarray of object or None
+        The job's own placement constraint (canonical text, ``features.constraints``; a
+        ``data_class=`` term for its data class), None where it has none; the policy's residency
+        rules are added per cycle (docs/residency.md). None: no job has one.
     deadline_ts, time_limit_s : ndarray of float64
         NaN when none.
     p10_s, p50_s, p90_s : ndarray of float64
@@ -95,6 +111,7 @@ class PendingJobs:
     model_version: np.ndarray
     requested_types: np.ndarray | None = None
     gpu_request: np.ndarray | None = None
+    constraint: np.ndarray | None = None  # residency (docs/residency.md)
 
     def __post_init__(self) -> None:
         _check_len(self, len(self.job_id), skip=())
@@ -118,7 +135,8 @@ class PendingJobs:
     def from_columns(cls, *, job_id, submit_ts=None, num_gpus=None, gpu_milli=None, team=None, tier=None,
                      queue=None, deadline_ts=None, time_limit_s=None, p10_s=None, p50_s=None, p90_s=None,
                      peak_vram_upper_mib=None, slowdown=None, attained_gpu_s=None, fallback=None,
-                     model_version=None, requested_types=None, gpu_request=None) -> PendingJobs:
+                     model_version=None, requested_types=None, gpu_request=None,
+                     constraint=None) -> PendingJobs:
         """Build from arrays, filling absent columns with their "unknown" value (NaN, -1, 1.0...)."""
         job_id = np.asarray(job_id, dtype=object)
         n = len(job_id)
@@ -146,6 +164,7 @@ class PendingJobs:
             else np.asarray(model_version, dtype=object),
             requested_types=None if requested_types is None else np.asarray(requested_types, dtype=bool),
             gpu_request=None if gpu_request is None else np.asarray(gpu_request, dtype=object),
+            constraint=None if constraint is None else np.asarray(constraint, dtype=object),
         )
 
 
@@ -160,6 +179,8 @@ class RunningJobs:
     ``submit_ts`` the job's original submission (FIFO position under LAS; None: its start time);
     ``attained_gpu_s`` the GPU-seconds of service it has received up to ``now``, earlier attempts and
     the current run included (2D-LAS; NaN: the current run only, ``(now - start) x GPUs x share``).
+    ``checkpoint_kind`` codes into ``CHECKPOINT_KIND_CODES`` (-1 unknown) and ``checkpoint_size_gb``
+    (NaN unknown) feed rule *preemption cost* (``predictor.policy.preemption``); None: all unknown.
     """
 
     job_id: np.ndarray
@@ -177,11 +198,17 @@ class RunningJobs:
     alloc_offsets: np.ndarray = field(repr=False)
     alloc_gpus: np.ndarray = field(repr=False)
     submit_ts: np.ndarray | None = None
+    checkpoint_kind: np.ndarray | None = None  # int8 codes into CHECKPOINT_KIND_CODES, -1 unknown
+    checkpoint_size_gb: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.job_id)
         if self.submit_ts is None:
             object.__setattr__(self, "submit_ts", self.start_ts.copy())
+        if self.checkpoint_kind is None:
+            object.__setattr__(self, "checkpoint_kind", np.full(n, -1, dtype=np.int8))
+        if self.checkpoint_size_gb is None:
+            object.__setattr__(self, "checkpoint_size_gb", np.full(n, np.nan))
         _check_len(self, n, skip=("alloc_offsets", "alloc_gpus"))
         if self.alloc_offsets.shape != (n + 1,) or self.alloc_offsets[-1] != len(self.alloc_gpus):
             raise ValueError("RunningJobs.alloc_offsets must have n_jobs + 1 entries ending at len(alloc_gpus)")
@@ -204,7 +231,8 @@ class RunningJobs:
     @classmethod
     def from_columns(cls, *, job_id, gpus, start_ts=None, gpu_milli=None, team=None, tier=None, queue=None,
                      predicted_end_ts=None, last_checkpoint_ts=None, checkpoint_interval_s=None,
-                     priority=None, attained_gpu_s=None, submit_ts=None) -> RunningJobs:
+                     priority=None, attained_gpu_s=None, submit_ts=None, checkpoint_kind=None,
+                     checkpoint_size_gb=None) -> RunningJobs:
         """Build from arrays plus ``gpus``: one sequence of global GPU indices per job."""
         job_id = np.asarray(job_id, dtype=object)
         n = len(job_id)
@@ -228,6 +256,8 @@ class RunningJobs:
             attained_gpu_s=f64(attained_gpu_s), alloc_offsets=offsets, alloc_gpus=flat,
             submit_ts=None if submit_ts is None else np.where(np.isfinite(f64(submit_ts)), f64(submit_ts),
                                                               f64(start_ts, 0.0)),
+            checkpoint_kind=None if checkpoint_kind is None else checkpoint_kind_codes(checkpoint_kind),
+            checkpoint_size_gb=None if checkpoint_size_gb is None else f64(checkpoint_size_gb),
         )
 
 

@@ -13,7 +13,8 @@ Definitions
 - **Makespan** = last end - first submit.
 - **Starved jobs**: jobs whose wait exceeded ``starvation_s`` (default 24 h), finished or not.
 - **SLA misses**: jobs with a deadline that ended after it, or never finished.
-- **Preemptions**: evictions carried out; **gpu_hours_lost**: GPU-hours of run thrown away by
+- **Preemptions**: evictions carried out (``extra.preemption_lost_gpu_hours_by_checkpoint_kind``
+  splits their losses by the evicted job's checkpoint kind); **gpu_hours_lost**: GPU-hours of run thrown away by
   evictions (work since the last checkpoint) and out-of-memory crashes (the whole run).
 - **Jain's index** of per-team (share received / entitlement), computed per time window
   (``fairness_window_s``, default 1 h) and averaged over windows where at least two teams had demand.
@@ -29,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from features.job_conventions import CHECKPOINT_KINDS
+from predictor.policy.intake import checkpoint_columns
 from predictor.sim.progress import ENDED, JobStatus
 from predictor.sim.record import ReplayRecord, SegmentEnd
 
@@ -247,6 +250,7 @@ def policy_metrics(record: ReplayRecord, config: MetricsConfig | None = None) ->
         "utilization_while_jobs_arrive": util_arrivals,
         "gpu_hours_lost_preemption": float(lost_gpu_h[kind == SegmentEnd.PREEMPTED].sum()),
         "gpu_hours_lost_oom": float(lost_gpu_h[kind == SegmentEnd.OOM].sum()),
+        "preemption_lost_gpu_hours_by_checkpoint_kind": _lost_by_checkpoint_kind(record, lost_gpu_h),
         "gpu_hours_timed_out": float(((record.seg_end - record.seg_start) * gpus[record.seg_job]
                                       )[kind == SegmentEnd.TIMEOUT].sum() / 3600.0),
         "jobs_with_deadline": int(has_deadline.sum()),
@@ -266,3 +270,13 @@ def policy_metrics(record: ReplayRecord, config: MetricsConfig | None = None) ->
         },
     }
     return metrics, extra
+
+
+def _lost_by_checkpoint_kind(record: ReplayRecord, lost_gpu_h: np.ndarray) -> dict[str, float]:
+    """GPU-hours lost to preemption per checkpoint kind of the evicted job (rule *checkpoint kind*)."""
+    names = (*CHECKPOINT_KINDS, "unknown")
+    kinds, _ = checkpoint_columns(record.jobs.frame, np.full(len(record.jobs), np.nan))
+    preempted = record.seg_kind == SegmentEnd.PREEMPTED
+    by_kind = np.bincount(np.where(kinds < 0, len(CHECKPOINT_KINDS), kinds)[record.seg_job[preempted]],
+                          weights=lost_gpu_h[preempted], minlength=len(names))
+    return {name: float(v) for name, v in zip(names, by_kind, strict=True)}

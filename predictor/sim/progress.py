@@ -11,6 +11,11 @@ Rules (the physics of a replay, documented once here)
 - Evicted at ``t`` after running ``e = t - start`` seconds, a job keeps the work up to its last
   checkpoint, ``floor(e / C) * C / s``, and loses the rest: ``e - floor(e / C) * C`` wall seconds on
   all its GPUs (``gpu_hours_lost``). It goes back to the queue with the work it kept.
+- Checkpoint kinds (``checkpoint_kind``): ``application`` (or unknown) follows the rule above;
+  ``none`` never checkpoints; a ``system`` snapshot (CRIU with GPU support) keeps all the work and
+  loses the time to write and restore it, ``checkpoint_size_gb / SNAPSHOT_BANDWIDTH_GB_S`` each (the
+  size estimated from its GPU and host memory when not declared, as the intake does); the restore
+  is added to the work its restart must do.
 - A job whose true peak GPU memory exceeds the memory of the GPUs it was placed on crashes
   (out of memory) ``SimConfig.oom_after_s`` into its run (or at its end, if sooner), losing the whole
   run; it is resubmitted at once, its true peak memory now known, up to ``SimConfig.max_oom_retries``
@@ -27,9 +32,15 @@ from enum import IntEnum
 
 import numpy as np
 
+from predictor.policy.intake import checkpoint_columns
+from predictor.policy.snapshot import CHECKPOINT_KIND_CODES
 from predictor.sim.workload import JobTable
 
-__all__ = ["JobStatus", "JobProgress", "ENDED"]
+__all__ = ["JobStatus", "JobProgress", "ENDED", "SNAPSHOT_BANDWIDTH_GB_S"]
+
+#: Storage bandwidth a replayed system snapshot is written and restored at (the policy's default
+#: ``preemption.checkpoint_bandwidth_gb_s``).
+SNAPSHOT_BANDWIDTH_GB_S = 1.0
 
 
 class JobStatus(IntEnum):
@@ -64,6 +75,13 @@ class JobProgress:
         self.remaining = jobs.work_s.astype("float64").copy()
         ckpt = jobs.checkpoint_s.astype("float64")
         self.checkpoint_s = np.where(np.isfinite(ckpt) & (ckpt > 0), ckpt, default_checkpoint_s)
+        # checkpoint kinds (rule *preemption cost*, docs/rules-layer.md): ``none`` never resumes; a
+        # ``system`` snapshot keeps all progress and costs its write plus its restore (wall seconds)
+        kind, size = checkpoint_columns(jobs.frame, jobs.peak_vram_mib * jobs.num_gpus * jobs.gpu_milli / 1000.0)
+        self.checkpoint_kind = kind
+        self.checkpoint_s = np.where(kind == CHECKPOINT_KIND_CODES["none"], np.inf, self.checkpoint_s)
+        self.snapshot_s = np.where(kind == CHECKPOINT_KIND_CODES["system"],
+                                   np.nan_to_num(size, nan=0.0) / SNAPSHOT_BANDWIDTH_GB_S, np.nan)
         self.run_start = np.full(n, np.nan)
         self.run_slowdown = np.ones(n)
         self.first_start = np.full(n, np.nan)
@@ -123,6 +141,10 @@ class JobProgress:
         kept_wall = min(kept_wall, elapsed)
         self.remaining[j] = max(self.remaining[j] - kept_wall / self.run_slowdown[j], 0.0)
         lost = elapsed - kept_wall
+        if np.isfinite(self.snapshot_s[j]):  # system snapshot: all kept; writing it and restoring it is lost
+            self.remaining[j] = max(self.remaining[j] - (elapsed - kept_wall) / self.run_slowdown[j], 0.0)
+            self.remaining[j] += self.snapshot_s[j]  # the restart restores before it progresses
+            lost = 2.0 * self.snapshot_s[j]
         self.lost_s[j] += lost
         self.preemptions[j] += 1
         self.status[j] = JobStatus.PENDING

@@ -108,6 +108,10 @@ class PolicyRules:
         self.checkpoint_s = jobs.checkpoint_s
         self.requested = base.requested_types
         self.gpu_request = base.gpu_request
+        # residency and checkpoint kinds (docs/residency.md, rule *preemption cost*): read by the one intake
+        self.constraint = base.constraint
+        self.ckpt_kind, self.ckpt_size = intake.checkpoint_columns(
+            frame, jobs.peak_vram_mib * jobs.num_gpus * jobs.gpu_milli / 1000.0)
         self.priority = np.zeros(len(jobs), dtype=np.int64)  # priority each job was last started with
         self.gpus = jobs.milli_demand / 1000.0
         # what the rules layer is told, updated when a run ends (kept work, memory learnt from a crash)
@@ -198,6 +202,7 @@ class PolicyRules:
             model_version=p.model_version[rows],
             requested_types=None if self.requested is None else self.requested[rows],
             gpu_request=None if self.gpu_request is None else self.gpu_request[rows],
+            constraint=None if self.constraint is None else self.constraint[rows],  # residency
         )
         for v in vars(out).values():  # shared by the snapshots of later cycles: nobody may modify them
             if isinstance(v, np.ndarray):
@@ -220,6 +225,7 @@ class PolicyRules:
                 num_gpus=np.diff(offsets), gpu_milli=self.jobs.gpu_milli[rows], start_ts=start_ts,
                 predicted_end_ts=start_ts + left, checkpoint_interval_s=self.checkpoint_s[rows],
                 priority=self.priority[rows], alloc_offsets=offsets, alloc_gpus=gpus,
+                checkpoint_kind=self.ckpt_kind[rows], checkpoint_size_gb=self.ckpt_size[rows],  # preemption cost
                 _run_start=run_start, _attained=prog.attained_gpu_s[rows], _gpus=self.gpus[rows],
             )
             for v in static.values():

@@ -117,6 +117,7 @@ def decision_doc(d: Decision) -> dict[str, Any]:
         "model_version": d.model_version,
         "fallback": bool(d.fallback),
         "decided_at": _num(d.decided_at),
+        "constraint": d.constraint,  # residency (docs/residency.md)
         "extra": jsonable(d.extra),
     }
 

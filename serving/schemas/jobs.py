@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from features.schema import FINETUNE_METHODS, PLACEMENT_CLASSES, PRECISIONS
+from features.constraints import normalise_constraints
+from features.schema import CHECKPOINT_KINDS, FINETUNE_METHODS, PLACEMENT_CLASSES, PRECISIONS
 from serving.schemas.results import DecisionPublic, PredictionPublic
 
 __all__ = ["JobSpec", "JobCreate", "JobUpdate", "JobEventCreate", "JobPublic", "JobList", "GpusAllocated", "EVENT_KINDS",
@@ -28,6 +29,9 @@ Timestamp = Annotated[float, Field(ge=0, le=1e11, description="epoch seconds UTC
 Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
 Finetune = Literal[FINETUNE_METHODS]  # type: ignore[valid-type]
 PlacementClass = Literal[PLACEMENT_CLASSES]  # type: ignore[valid-type]
+CheckpointKind = Literal[CHECKPOINT_KINDS]  # type: ignore[valid-type]
+Constraint = Annotated[str, Field(min_length=1, max_length=2048, description=(
+    "where the job may run, e.g. region=eu-west;label=sensitive (docs/residency.md)"))]
 
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, str_strip_whitespace=True)
 
@@ -57,6 +61,16 @@ class JobRequestFields(BaseModel):
     finetune_method: Finetune | None = None
     batch_size: NonNeg | None = None
     seq_len: NonNeg | None = None
+    # residency and checkpoints (docs/residency.md, docs/rules-layer.md *Checkpoint kinds*)
+    constraints: Constraint | None = None
+    data_class: Name | None = None
+    checkpoint_kind: CheckpointKind | None = None
+    checkpoint_size_gb: NonNeg | None = None
+
+    @field_validator("constraints")
+    @classmethod
+    def _constraint_form(cls, value: str | None) -> str | None:
+        return normalise_constraints(value)  # ValueError naming the term -> 422 on this field
 
 
 class JobSpec(JobRequestFields):

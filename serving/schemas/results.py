@@ -100,6 +100,7 @@ class DecisionPublic(BaseModel):
     model_version: str
     fallback: bool
     decided_at: float | None
+    constraint: str | None = Field(default=None, description="where it may run (docs/residency.md)")
     extra: dict[str, Any] = Field(default_factory=dict)
 
 

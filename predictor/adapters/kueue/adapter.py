@@ -10,6 +10,10 @@ queue              (opt-in, ``move_queues``) ``Workload.spec.queueName`` and, fo
                    owner, its ``kueue.x-k8s.io/queue-name`` label (what Kueue reads from jobs)
 flavor             the owner Job's pod template ``nodeSelector`` {flavor label: GPU type}, which
                    Kueue honours when it assigns a ResourceFlavor (suspended Jobs only)
+constraint         (residency, docs/residency.md) the owner Job's pod template ``nodeSelector``
+                   entries and required ``nodeAffinity`` ``In`` terms for the decision's
+                   constraint (rule *constraint to node labels*, ``selectors``); only what is
+                   missing is added, an existing required node affinity is kept
 placement          ``kueue.x-k8s.io/podset-required-topology`` (one node or one rack) or
                    ``podset-preferred-topology`` (across racks) on the owner Job's pod template
 reservation        nothing: Kueue has no advance reservation; the priority holds the place
@@ -39,6 +43,7 @@ from kubernetes import client
 from predictor.adapters.base import AppliedAction, Operation, SchedulerRejected, SchedulerUnavailable
 from predictor.adapters.cluster_policy import dns_name
 from predictor.adapters.kueue.manifests import KueueNaming
+from predictor.adapters.kueue.selectors import node_requirements
 from predictor.adapters.kueue.workloads import (
     KueueWorkload,
     split_job_id,
@@ -188,7 +193,7 @@ class KueueAdapter:
         """Label and pod-template changes on a suspended batch/v1 Job that owns the workload."""
         if w.owner_kind != "Job" or w.owner_api_version != "batch/v1" or not w.owner_name:
             return []
-        wants_template = bool(d.flavor) or (d.action == "start" and d.placement is not None)
+        wants_template = bool(d.flavor) or (d.action == "start" and d.placement is not None) or bool(d.constraint)
         if not (queue or wants_template):
             return []
         try:
@@ -207,9 +212,12 @@ class KueueAdapter:
             reasons.append(f"label {QUEUE_LABEL}={queue}")
         if wants_template and spec.get("suspend"):
             tpl: dict[str, Any] = {}
-            if d.flavor and ((template.get("spec") or {}).get("nodeSelector") or {}).get(self.naming.flavor_label) != d.flavor:
+            current_selector = (template.get("spec") or {}).get("nodeSelector") or {}
+            if d.flavor and current_selector.get(self.naming.flavor_label) != d.flavor:
                 tpl["spec"] = {"nodeSelector": {self.naming.flavor_label: d.flavor}}
                 reasons.append(f"flavor {d.flavor}")
+            if d.constraint:  # residency: the scheduler enforces where the job may run
+                reasons += self._constraint_patch(d.constraint, template, tpl)
             if d.action == "start" and d.placement is not None:
                 key, level = topology_annotation(d.placement, self.naming)
                 current = (template.get("metadata") or {}).get("annotations") or {}
@@ -227,6 +235,29 @@ class KueueAdapter:
         return [Operation(kind="patch_job", job_id=w.job_id, description="; ".join(reasons),
                           api={"verb": "patch", "resource": "jobs.batch", "namespace": w.namespace,
                                "name": w.owner_name, "body": body})]
+
+    def _constraint_patch(self, constraint: str, template: dict[str, Any], tpl: dict[str, Any]) -> list[str]:
+        """Add to ``tpl`` (a pod-template merge patch) what the constraint needs and the template lacks."""
+        selector, expressions, skipped = node_requirements(constraint, self.naming)
+        spec = template.get("spec") or {}
+        current = spec.get("nodeSelector") or {}
+        missing = {k: v for k, v in selector.items() if current.get(k) != v}
+        reasons = []
+        if missing:
+            tpl.setdefault("spec", {}).setdefault("nodeSelector", {}).update(missing)
+            reasons.append("nodeSelector " + ",".join(f"{k}={v}" for k, v in sorted(missing.items())))
+        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution")
+        if expressions and not required:
+            tpl.setdefault("spec", {})["affinity"] = {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": expressions}]}}}
+            reasons.append("node affinity " + ";".join(f"{e['key']} in {'|'.join(e['values'])}" for e in expressions))
+        elif expressions:
+            reasons.append("kept the job's own required node affinity")
+        if skipped:
+            reasons.append(f"no Kubernetes form for {';'.join(skipped)}")
+        return reasons
 
     def _eviction_ops(self, plan: EvictionPlan, now: float) -> list[Operation]:
         ops: list[Operation] = []

@@ -21,7 +21,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
+from features.constraints import WELL_KNOWN_LABELS
 from features.errors import InputError
+from features.sources.kueue import is_residency_label
 from predictor.adapters.base import SchedulerError
 from predictor.adapters.discovery import DiscoveredNode, PriorityClass
 from predictor.adapters.kueue.adapter import GROUP, _classify
@@ -89,6 +91,20 @@ def _quantity_int(value: Any) -> int | None:
         return None
 
 
+def _residency(labels: dict[str, str], naming: KueueNaming) -> dict[str, Any]:
+    """Residency attributes from a node's labels (the labels the workload reader reads as constraints;
+    the adapter's own pool label is the pool)."""
+    out: dict[str, Any] = {}
+    for label, key in {naming.pool_label: "pool", **WELL_KNOWN_LABELS}.items():
+        if labels.get(label) and key not in out:
+            out[key] = labels[label]
+    own = tuple(sorted((k, str(v)) for k, v in labels.items() if is_residency_label(k) and k not in WELL_KNOWN_LABELS
+                       and k != naming.pool_label))
+    if own:
+        out["labels"] = own
+    return out
+
+
 def kubernetes_nodes(api: client.ApiClient, naming: KueueNaming | None = None) -> list[DiscoveredNode]:
     """Every node, with its GPUs from the GPU feature discovery labels."""
     naming = naming or KueueNaming()
@@ -106,7 +122,7 @@ def kubernetes_nodes(api: client.ApiClient, naming: KueueNaming | None = None) -
             gpu_memory_mib=_quantity_int(labels.get(MEMORY_LABEL)),
             cpus=_quantity_int(capacity.get("cpu")), mem_mib=memory // 2**20 if memory is not None else None,
             rack=labels.get(rack_label) if rack_label else None, block=labels.get(block_label) if block_label else None,
-            nvlink=bool(product) and "SXM" in product.upper() and gpus > 1))
+            nvlink=bool(product) and "SXM" in product.upper() and gpus > 1, **_residency(labels, naming)))
     return nodes
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from features.errors import InputError
 from predictor.adapters.cluster_policy import ClusterPolicy, dns_name
-from predictor.capacity.inventory import Inventory
+from predictor.capacity.inventory import Inventory, Node
 
 __all__ = [
     "KueueNaming",
@@ -43,6 +43,7 @@ __all__ = [
     "local_queues",
     "all_manifests",
     "node_label_commands",
+    "residency_labels",
     "host_resources",
     "GPU_RESOURCE",
 ]
@@ -50,6 +51,8 @@ __all__ = [
 GROUP = "kueue.x-k8s.io"
 GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+REGION_LABEL = "topology.kubernetes.io/region"  # residency (docs/residency.md)
+ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class KueueNaming:
     flavor_label: str = "predictor/gpu-type"
     rack_label: str = "predictor/rack"
     block_label: str = "predictor/block"
+    pool_label: str = "predictor/pool"  # residency (predictor.adapters.kueue.selectors)
+    data_class_label: str = "predictor/data-class"
     topology_name: str = "gpu-topology"
     local_queue: str = "gpus"
 
@@ -256,6 +261,20 @@ def all_manifests(policy: ClusterPolicy, inventory: Inventory,
             + cluster_queues(policy, inventory, naming) + local_queues(policy, naming))
 
 
+def residency_labels(node: Node, naming: KueueNaming | None = None) -> list[str]:
+    """``name=value`` labels giving an inventory node its residency attributes, as
+    ``predictor.adapters.kueue.selectors`` (rule *constraint to node labels*) selects on them."""
+    naming = naming or KueueNaming()
+    out = []
+    for key, label in (("region", REGION_LABEL), ("site", ZONE_LABEL), ("pool", naming.pool_label)):
+        value = getattr(node, key)
+        if value:
+            out.append(f"{label}={value}")
+    out += [f"{feature}=true" for feature in node.features]
+    out += [f"{name}={value}" for name, value in node.labels]
+    return out
+
+
 def node_label_commands(inventory: Inventory, naming: KueueNaming = KueueNaming()) -> list[list[str]]:
     """``kubectl label node`` commands giving each node the labels the flavors and Topology select on."""
     cmds = []
@@ -267,6 +286,7 @@ def node_label_commands(inventory: Inventory, naming: KueueNaming = KueueNaming(
             labels.append(f"{naming.rack_label}={n.rack}")
         if n.block:
             labels.append(f"{naming.block_label}={n.block}")
+        labels += residency_labels(n, naming)  # docs/residency.md: what constraints select on
         if labels:
             cmds.append(["kubectl", "label", "node", n.name, "--overwrite", *labels])
     return cmds

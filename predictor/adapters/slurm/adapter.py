@@ -11,6 +11,9 @@ tier               ``scontrol update jobid=N qos=Q`` when ``tier_qos`` maps the 
 queue              ``scontrol update jobid=N partition=P`` (opt-in: ``set_partition``)
 time_limit_s       ``scontrol update jobid=N timelimit=M`` (minutes, rounded up): the predicted
                    p90 plus margin, so Slurm's backfill plans with it
+constraint         (residency) ``scontrol update jobid=N features=...`` ANDing the decision's
+                   constraint onto the job's own, and ``partition=...`` when a partition term
+                   excludes the job's (rule *constraint to Slurm features*, ``constraints``)
 placement          ``scontrol update jobid=N reqnodelist=...`` for ``start`` decisions
 reservation        ``scontrol create reservation reservationname=pred-N starttime=.. endtime=..
                    nodes=.. users=.. flags=ignore_jobs,overlap``, then ``scontrol update jobid=N
@@ -41,6 +44,7 @@ from predictor.adapters.base import AppliedAction, Operation, SchedulerRejected,
 from predictor.adapters.retry import RetryExhausted, RetryPolicy
 from predictor.adapters.slurm.accounting import sacct_argv
 from predictor.adapters.slurm.commands import SlurmCommands
+from predictor.adapters.slurm.constraints import features_update, slurm_requirements
 from predictor.adapters.slurm.state import (
     SlurmJob,
     SlurmReservation,
@@ -74,6 +78,7 @@ class SlurmOptions:
     set_partition: bool = False  # moving a job to another partition is opt-in (--move-queues)
     set_time_limit: bool = True
     pin_nodes: bool = True
+    set_constraints: bool = True  # residency: a decision's constraint as job features / partitions
     tier_qos: Mapping[str, str] = field(default_factory=dict)
     reservation_prefix: str = "pred-"
     # overlap: Slurm 22.05 reserves whole nodes, so two jobs the reservation book gives different GPUs of one
@@ -183,11 +188,28 @@ class SlurmAdapter:
             if job.time_limit_min != minutes:
                 ops.append(self._update(job, "set_time_limit", "timelimit", minutes,
                                         f"time limit {job.time_limit_min} -> {minutes} min (predicted p90 + margin)"))
+        if o.set_constraints and d.constraint:  # residency (rule *constraint to Slurm features*)
+            ops += self._constraint_updates(d, job)
         if o.pin_nodes and d.action == "start" and d.placement is not None and d.placement.nodes:
             nodes = sorted(set(d.placement.nodes))
             if sorted(set(expand_hostlist(job.required_nodes))) != nodes:
                 ops.append(self._update(job, "set_nodes", "reqnodelist", ",".join(nodes),
                                         f"placement {d.placement.placement_class} on {','.join(nodes)}"))
+        return ops
+
+    def _constraint_updates(self, d: Decision, job: SlurmJob) -> list[Operation]:
+        ops = []
+        _, partitions, skipped = slurm_requirements(d.constraint)
+        note = f" (no Slurm form for {';'.join(skipped)})" if skipped else ""
+        current = job.raw.get("features")
+        new = features_update(current if isinstance(current, str) else None, d.constraint)
+        if new is not None:
+            ops.append(self._update(job, "set_features", "features", new,
+                                    f"constraint {d.constraint}: features {current or '(none)'} -> {new}{note}"))
+        if partitions is not None and job.partition not in partitions:
+            ops.append(self._update(job, "set_partition", "partition", ",".join(sorted(partitions)),
+                                    f"constraint {d.constraint}: partition {job.partition} -> "
+                                    f"{','.join(sorted(partitions))}"))
         return ops
 
     def _reservation_ops(self, d: Decision, job: SlurmJob, state: SlurmState, now: float) -> list[Operation]:

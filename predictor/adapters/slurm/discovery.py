@@ -164,8 +164,17 @@ def slurm_nodes(commands: SlurmCommands, topology: Path | None = None) -> list[D
         gpu_type, gpus = parse_gpu_gres(f.get("Gres", ""), name)
         rack, block = where.get(name, (None, None))
         nodes.append(DiscoveredNode(name=name, gpu_label=gpu_type, gpus=gpus, cpus=_int(f.get("CPUTot")),
-                                    mem_mib=_int(f.get("RealMemory")), rack=rack, block=block))
+                                    mem_mib=_int(f.get("RealMemory")), rack=rack, block=block,
+                                    partitions=_names(f.get("Partitions")),  # residency (docs/residency.md)
+                                    features=_names(f.get("AvailableFeatures") or f.get("Features"))))
     return nodes
+
+
+def _names(text: str | None) -> tuple[str, ...]:
+    """A Slurm comma list (``(null)`` and empty: none)."""
+    if not text or text in ("(null)", "N/A"):
+        return ()
+    return tuple(sorted({t.strip() for t in text.split(",") if t.strip()}))
 
 
 def _int(text: str | None) -> int | None:

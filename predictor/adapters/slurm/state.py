@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from features.gpu_types import DEFAULT_VOCABULARY
 from features.schema import conform
-from features.sources.slurm_fields import expand_hostlist, gpu_type_from_gres, parse_tres
+from features.sources.slurm_fields import expand_hostlist, gpu_type_from_gres, parse_tres, slurm_job_fields
 from features.sources.slurm_fields import slurm_state as _slurm_state
 
 __all__ = [
@@ -128,6 +128,9 @@ def canonical_rows(jobs: Iterable[SlurmJob], now: float | None = None) -> pd.Dat
     jobs = list(jobs)
     tres = parse_tres(pa.array([j.raw.get("tres_req_str") or j.raw.get("tres_alloc_str") or "" for j in jobs],
                                pa.string()), bare_unit="M")
+    # residency and checkpoints: --constraint features and --comment pairs, read as the sacct reader does
+    # (a feature expression that does not parse is Slurm's to enforce: no constraint is read from it)
+    job_fields, _ = slurm_job_fields([j.raw.get("features") for j in jobs], [j.raw.get("comment") for j in jobs])
     rows = []
     for k, job in enumerate(jobs):
         raw = job.raw
@@ -153,6 +156,7 @@ def canonical_rows(jobs: Iterable[SlurmJob], now: float | None = None) -> pd.Dat
             "scheduler_priority": job.priority, "nice": job.nice,
             "pending_reason": raw.get("state_reason") if state == "PENDING" else None,
             "reservation": job.reservation or None, "restarts": job.restarts,
+            **job_fields[k],
         })
     return conform(pd.DataFrame(rows)) if rows else conform(pd.DataFrame(columns=["job_id"]))
 

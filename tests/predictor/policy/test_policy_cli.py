@@ -58,3 +58,22 @@ def test_decide_on_the_example_queue(capsys):
 def test_decide_missing_file_is_a_user_error(tmp_path, capsys):
     assert main(["policy", "decide", "--jobs", str(tmp_path / "none.csv"), "--cluster", "8"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_decide_honours_constraints_and_rejects_a_malformed_one(tmp_path, capsys):
+    """Residency from the command line (docs/residency.md): the job table's constraints column."""
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("job_id,num_gpus,submit_ts,state,constraints,time_limit_s\n"
+                    "us,8,100,PENDING,region=us-east,3600\n"
+                    "secret,4,101,PENDING,label=sensitive,3600\n"
+                    "mars,4,102,PENDING,region=mars,3600\n")
+    regions = ROOT / "data" / "inventory" / "example-regions.yaml"
+    assert main(["policy", "decide", "--jobs", str(jobs), "--cluster", str(regions), "--json"]) == 0
+    by_id = {r["job_id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert by_id["us"]["constraint"] == "region=us-east"
+    assert {n for n, _ in by_id["us"]["placement"]["gpus_by_node"]} <= {"a10-00", "a10-01"}
+    assert all(n.startswith("dgx-") for n, _ in by_id["secret"]["placement"]["gpus_by_node"])
+    assert by_id["mars"]["action"] == "reject" and "region=mars" in by_id["mars"]["reason"]
+    jobs.write_text("job_id,num_gpus,submit_ts,state,constraints\nbad,1,100,PENDING,region\n")
+    assert main(["policy", "decide", "--jobs", str(jobs), "--cluster", str(regions)]) == 2
+    assert "constraint term 'region' is not key=value" in capsys.readouterr().err

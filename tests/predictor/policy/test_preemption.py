@@ -35,7 +35,8 @@ def plan_of(*running, pending=(), policy=OURS):
     [
         (NOW - 300, np.nan, None, 300.0),  # reported checkpoint
         (np.nan, 1000.0, None, 700.0),  # ran 1700 s, checkpoints every 1000 s
-        (np.nan, np.nan, 600.0, 500.0),  # assumed interval
+        # assumed interval, phase unknown: the expected loss interval / 2 (issue 19; it was 1700 mod 600 = 500)
+        (np.nan, np.nan, 600.0, 300.0),
         (np.nan, np.nan, None, 1700.0),  # nothing known: everything since start
         (NOW - 5000, np.nan, None, 1700.0),  # a checkpoint before this run's start does not count
     ],

@@ -154,3 +154,25 @@ def test_a_scheduler_cycle_asks_again_while_jobs_queue():
     assert rules.calls == [0.0, 1.0, 31.0, 61.0, 91.0, 100.0]
     with pytest.raises(ValueError, match="cycle_s"):
         SimConfig(cycle_s=0.0)
+
+
+def test_preemption_losses_are_counted_per_checkpoint_kind():
+    """Both kinds in one queue: the application job loses the work since its last save; the system
+    snapshot keeps all of it and loses its write and its restore (3 GB at 1 GB/s each)."""
+    rows = (JobRows().add("app", gpus=8, run=100, checkpoint=30, checkpoint_kind="application")
+            .add("criu", gpus=8, run=100, checkpoint_kind="system", checkpoint_size_gb=3.0)
+            .add("b", gpus=8, run=20, submit=40).add("d", gpus=8, run=20, submit=40))
+    script = {
+        0.0: [decision("app", "start", on("node-0000", 8)), decision("criu", "start", on("node-0001", 8))],
+        40.0: [decision("b", "preempt", on("node-0000", 8), eviction=evict("b", "app")),
+               decision("d", "preempt", on("node-0001", 8), eviction=evict("d", "criu"))],
+        60.0: [decision("app", "start", on("node-0000", 8)), decision("criu", "start", on("node-0001", 8))],
+    }
+    rec, _ = run(rows, script, inventory=homogeneous_inventory(16))
+    metrics, extra = policy_metrics(rec)
+    # app keeps 30 s, 70 s left: ends at 130; criu keeps all 40 s, 60 s left plus a 3 s restore: ends at 123
+    assert by_id(rec, rec.end)["app"] == pytest.approx(130.0)
+    assert by_id(rec, rec.end)["criu"] == pytest.approx(123.0)
+    lost = extra["preemption_lost_gpu_hours_by_checkpoint_kind"]
+    assert lost == pytest.approx({"application": 10 * 8 / 3600, "system": 6 * 8 / 3600, "none": 0.0, "unknown": 0.0})
+    assert sum(lost.values()) == pytest.approx(extra["gpu_hours_lost_preemption"])

@@ -161,3 +161,36 @@ def test_configuration_objects_are_created_then_kept_in_line(cluster, crds):
     updated = adapter.ensure_objects(all_manifests(policy2, inventory))
     assert sorted(op.description.split(":")[0] for op in updated.done) == ["update ClusterQueue nlp",
                                                                           "update ClusterQueue vision"]
+
+
+def test_a_constraint_lands_on_the_job_as_node_selection(adapter, cluster):
+    """Residency (docs/residency.md): rule *constraint to node labels* on the suspended Job's template."""
+    _, _, batch = cluster
+    d = _decision("vision/job-a", 40, action="start", flavor="H100-80GB",
+                  constraint="label=sensitive;partition=gpu;pool=secure;region=eu-central|eu-west")
+    result = adapter.apply(d)
+    assert result.ok, result.error
+    op = [op for op in result.done if op.kind == "patch_job"][0]
+    assert "no Kubernetes form for partition=gpu" in op.description
+    tpl = json.loads(batch.read_namespaced_job("job-a", "vision", _preload_content=False).data)["spec"]["template"]
+    assert tpl["spec"]["nodeSelector"] == {"predictor/gpu-type": "H100-80GB", "sensitive": "true",
+                                           "predictor/pool": "secure"}
+    terms = tpl["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "topology.kubernetes.io/region", "operator": "In",
+                                            "values": ["eu-central", "eu-west"]}]}]
+    assert not adapter.apply(d).changed  # idempotent
+
+
+def test_node_label_commands_carry_residency_attributes():
+    """Residency attributes after the flavor and topology labels (the example-regions inventory's DGX nodes)."""
+    from predictor.adapters.kueue.manifests import node_label_commands
+    from predictor.capacity.inventory_sources import load_inventory
+    inv = Inventory(nodes=(Node("n1", "A100-80GB", 8, region="eu-west", site="fra1", pool="secure",
+                                features=("sensitive",), labels=(("example.com/tier", "gold"),)),))
+    cmd = node_label_commands(inv)[0]
+    assert {"topology.kubernetes.io/region=eu-west", "topology.kubernetes.io/zone=fra1", "predictor/pool=secure",
+            "sensitive=true", "example.com/tier=gold"} <= set(cmd)
+    assert node_label_commands(load_inventory("data/inventory/example-regions.yaml"))[0] == [
+        "kubectl", "label", "node", "dgx-00", "--overwrite", "predictor/gpu-type=A100-80GB", "predictor/rack=rack-a",
+        "predictor/block=pod-1", "topology.kubernetes.io/region=eu-west", "topology.kubernetes.io/zone=fra1",
+        "predictor/pool=dgx", "sensitive=true"]

@@ -149,3 +149,19 @@ def test_eviction_without_requeue_cancels():
 
 def test_victim_already_gone_needs_nothing():
     assert _plan(_decision(action="preempt", eviction=_eviction()), _job()) == []
+
+
+@pytest.mark.parametrize(("constraint", "features", "partition", "calls"), [
+    ("label=sensitive;region=eu-west", None, "gpu", ["scontrol update jobid=7 features=eu-west&sensitive"]),
+    ("label=ib|roce;region=eu-west", "eu-west", "gpu", ["scontrol update jobid=7 features=eu-west&[ib|roce]"]),
+    ("label=sensitive", "sensitive&a100", "gpu", []),  # the job's own --constraint already says it
+    ("label=sensitive", "a100", "gpu", ["scontrol update jobid=7 features=a100&sensitive"]),
+    ("partition=secure|gpu", None, "gpu", []),
+    ("partition=secure", None, "gpu", ["scontrol update jobid=7 partition=secure"]),
+    ("example.com/tier=gold", None, "gpu", []),  # a Kubernetes label: no Slurm form
+], ids=["and", "or", "kept", "added", "partition-ok", "partition-moved", "k8s-only"])
+def test_a_constraint_becomes_job_features_and_partitions(constraint, features, partition, calls):
+    """Residency (docs/residency.md): rule *constraint to Slurm features*."""
+    job = _job(partition=partition, raw={"features": features} if features else {})
+    assert _calls(_plan(_decision(constraint=constraint), job)) == calls
+    assert _calls(_plan(_decision(constraint=constraint), job, options=SlurmOptions(set_constraints=False))) == []
