@@ -244,11 +244,13 @@ class Engine:
 
     # ------------------------------------------------------------------ decide
     def plan(self, picture: QueuePicture, now: float, extra: Sequence[UsageCharge] = (), *,
-             policy: PolicyConfig | None = None, explain: bool = True) -> SchedulePlan:
+             policy: PolicyConfig | None = None, explain: bool = True,
+             write_rows: np.ndarray | None = None) -> SchedulePlan:
         """Run the rules layer on ``picture`` at ``now`` (``extra``: runs ended but not yet charged;
-        ``policy``: decide under this policy instead of the one in force; ``explain``: see ``decide``)."""
+        ``policy``: decide under this policy instead of the one in force; ``explain``, ``write_rows``:
+        see ``decide``)."""
         return decide(picture.snapshot(now, self.team_usage(now, picture, extra)), policy or self._policy,
-                      explain=explain)
+                      explain=explain, write_rows=write_rows)
 
     def score(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None,
               explain: bool = True) -> list[Scored]:
@@ -291,8 +293,8 @@ class Engine:
         vocab = picture.vocab.extended(table)
         candidates = intake.pending_jobs(table, predicted, vocab, self.layout, now)
         trial = picture.with_candidates(candidates, vocab)
-        plan = self.plan(trial, now, explain=explain)
         rows = np.arange(len(trial.pending) - len(candidates), len(trial.pending))
+        plan = self.plan(trial, now, explain=explain, write_rows=rows)  # only the Decisions returned
         decisions = decisions_for_rows(plan, rows, trial.pending.job_id)
         predictions = predictions_from_columns(predicted)
         return [Scored(p, d) for p, d in zip(predictions, decisions, strict=True)], model
