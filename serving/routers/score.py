@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
+import numpy as np
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import Response
 
 from predictor.engine.queue_picture import frame_of
-from serving.convert import job_columns, score_response
+from serving.convert import batch_response, job_columns
 from serving.deps import PrincipalDep, ServiceDep
 from serving.schemas.jobs import JobSpec
 from serving.schemas.score import ScoreRequest, ScoreResponse
@@ -36,9 +37,9 @@ async def score(body: ScoreRequest, service: ServiceDep, principal: PrincipalDep
     now = time.time()
     columns = job_columns(specs, now)
     with service.metrics.time_decision("score"):
-        scored, model = service.engine.score_with_model(frame_of(columns), now, columns=columns, explain=explain)
-    service.metrics.count_decisions(((s.decision.tier, s.decision.action) for s in scored), source="score")
-    fallbacks = sum(s.prediction.fallback for s in scored)
+        batch = service.engine.score_batch(frame_of(columns), now, columns=columns, explain=explain)
+    service.metrics.count_decisions(((d.tier, d.action) for d in batch.decisions), source="score")
+    fallbacks = int(np.count_nonzero(batch.predicted["fallback"]))
     if fallbacks:
         service.metrics.fallback_predictions.inc(fallbacks)
-    return score_response(scored, model, now)
+    return batch_response(batch, now)
