@@ -225,12 +225,15 @@ class Engine:
         preds, model = self.predict_columns(jobs, now)
         return pd.DataFrame(preds, columns=list(PREDICTION_COLUMNS)), model
 
-    def predict_columns(self, jobs: pd.DataFrame, now: float, *,
-                        columns: Mapping[str, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], LoadedModel]:
+    def predict_columns(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None,
+                        fallback_reason: str | None = None) -> tuple[dict[str, np.ndarray], LoadedModel]:
         """:meth:`predict` as one array per ``PREDICTION_COLUMNS`` column; ``columns``: the same jobs as
-        ``canonical_columns`` arrays, which a predictor with ``predict_columns`` reads instead of the table."""
+        ``canonical_columns`` arrays, which a predictor with ``predict_columns`` reads instead of the table.
+        ``fallback_reason``: predict with the fallback, for this reason (a deadline the model would miss)."""
         with self._history_lock:
             model, history = self._current_history()
+            if fallback_reason is not None and not model.fallback:
+                model = LoadedModel(self.model.fallback, "fallback", True, fallback_reason, model.loaded_at)
             try:
                 preds = predict_with(model.predictor, jobs, history, now, columns)
             except InputError:
@@ -299,16 +302,17 @@ class Engine:
         return [Scored(p, d) for p, d in zip(predictions, batch.decisions, strict=True)], batch.model
 
     def score_batch(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None,
-                    explain: bool = True) -> ScoredBatch:
+                    explain: bool = True, fallback_reason: str | None = None) -> ScoredBatch:
         """:meth:`score_with_model` without a ``Prediction`` object per job: the prediction columns and
-        the candidates' Decisions (the only Decisions written). What ``POST /v1/score`` calls."""
+        the candidates' Decisions (the only Decisions written). What ``POST /v1/score`` calls.
+        ``fallback_reason``: the fallback predicts, for this reason (``predict_columns``)."""
         table = jobs if columns is None else columns
         ids = (jobs["job_id"].to_numpy(dtype=object) if columns is None else columns["job_id"]).tolist()
         if len(set(ids)) != len(ids):
             seen: set = set()
             dup = next(i for i in ids if i in seen or seen.add(i))
             raise InputError(f"job_id {dup!r} appears twice in the batch")
-        predicted, model = self.predict_columns(jobs, now, columns=columns)
+        predicted, model = self.predict_columns(jobs, now, columns=columns, fallback_reason=fallback_reason)
         picture = self._picture
         vocab = picture.vocab.extended(table)
         candidates = intake.pending_jobs(table, predicted, vocab, self.layout, now)
