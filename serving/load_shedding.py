@@ -15,9 +15,11 @@ WebSocket stream are not limited):
   ``503 Service Unavailable`` with ``Retry-After`` and ``{"detail": ..., "reason": "queue_full" |
   "queue_wait"}``, without reading or validating its body. A shed request costs a fraction of a
   millisecond, so shedding drains a burst instead of adding to it;
-* every request first yields to the event loop once, so the requests read in one pass all take
-  their place in the queue before the first is scored (otherwise a coroutine that never awaits would
-  run to the end before the next one is even counted).
+* a request is counted the moment it reaches the middleware and then yields to the event loop once,
+  so all requests read in one pass of the loop are counted before the first is scored: a handler
+  that never awaits (scoring is CPU work on the loop) runs to its end once resumed, and counting
+  later would see one request at a time while the rest wait unseen;
+* a request whose turn comes after ``queue_wait_ms`` is shed then rather than served late.
 
 The time a request arrived (when this worker read it) is put in ``scope["state"]["arrived_at"]``
 (``time.perf_counter``); ``POST /v1/score`` reads it for its deadline: the caller's
@@ -75,7 +77,8 @@ class LoadSheddingMiddleware:
         self.queue_wait_s = queue_wait_ms / 1000.0
         self.retry_after = str(int(retry_after_s)).encode()
         self.prefix = prefix
-        self.active = 0
+        self.active = 0  # requests holding a slot
+        self.present = 0  # requests in this middleware: holding a slot, waiting for one, or about to ask
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
 
     @property
@@ -88,39 +91,47 @@ class LoadSheddingMiddleware:
             return
         arrived = time.perf_counter()
         scope.setdefault("state", {})["arrived_at"] = arrived
-        await asyncio.sleep(0)  # let every request read in this pass take its place first
-        reason = await self._acquire(arrived)
-        if reason is not None:
-            await self._shed(scope, send, reason)
+        # Counted on arrival, before anything yields: a handler that never awaits runs to its end once
+        # resumed, so the requests read in one pass of the event loop must all be counted first.
+        if self.present >= self.max_concurrency + self.max_queue:
+            await self._shed(scope, send, "queue_full")
             return
+        self.present += 1
         try:
-            await self.app(scope, receive, send)
+            await asyncio.sleep(0)  # let every request read in this pass be counted
+            reason = await self._acquire(arrived)
+            if reason is not None:
+                await self._shed(scope, send, reason)
+                return
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self._release()
         finally:
-            self._release()
+            self.present -= 1
 
     async def _acquire(self, arrived: float) -> str | None:
-        """Take a slot (None), or say why not: ``queue_full``, ``queue_wait``."""
+        """Take a slot (None), or say why not (``queue_wait``: waited too long for one)."""
         if self.active < self.max_concurrency and not self.waiting:
             self.active += 1
-            return None
-        if self.waiting >= self.max_queue:
-            return "queue_full"
-        fut = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        try:
-            await asyncio.wait_for(fut, self.queue_wait_s)
-        except TimeoutError:
-            self._forget(fut)
-            return "queue_wait"
-        except asyncio.CancelledError:  # the server is stopping: give back a slot handed over meanwhile
-            if fut.done() and not fut.cancelled():
-                self._release()
-            self._forget(fut)
-            raise
+        else:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, self.queue_wait_s)
+            except TimeoutError:
+                self._forget(fut)
+                return "queue_wait"
+            except asyncio.CancelledError:  # the server is stopping: give back a slot handed over meanwhile
+                if fut.done() and not fut.cancelled():
+                    self._release()
+                self._forget(fut)
+                raise
+            # the slot was handed over by _release (active unchanged)
         if time.perf_counter() - arrived > self.queue_wait_s:  # its turn came too late: shed it now
             self._release()
             return "queue_wait"
-        return None  # the slot was handed over by _release (active unchanged)
+        return None
 
     def _forget(self, fut: asyncio.Future) -> None:
         try:
