@@ -13,7 +13,7 @@ variable                        meaning                                         
 ``PREDICTOR_STREAM_POLL_S``     how often each worker polls the event log       ``0.25``
 ``PREDICTOR_OUTBOX_TARGETS``    JSON list of adapters to queue decisions for    ``[]``
 ``PREDICTOR_MIGRATE_ON_START``  apply database migrations at start-up           ``true``
-``PREDICTOR_MAX_CONCURRENCY``   API requests one worker works on at once        ``4``
+``PREDICTOR_MAX_CONCURRENCY``   API requests one worker works on at once        ``2``
 ``PREDICTOR_MAX_QUEUE``         more requests that may wait for one of those    ``16``
 ``PREDICTOR_QUEUE_WAIT_MS``     longest wait for a slot before shedding (503)   ``500``
 ``PREDICTOR_RETRY_AFTER_S``     ``Retry-After`` of a shed request (seconds)      ``1``
@@ -110,7 +110,7 @@ class Settings(EngineSettings):
     stream_poll_s: float = Field(default=0.25, gt=0)
     outbox_targets: list[str] = Field(default_factory=list)
     migrate_on_start: bool = True
-    max_concurrency: int = Field(default=4, ge=1, le=10_000)
+    max_concurrency: int = Field(default=2, ge=1, le=10_000)
     max_queue: int = Field(default=16, ge=0, le=100_000)
     queue_wait_ms: float = Field(default=500.0, gt=0)
     retry_after_s: int = Field(default=1, ge=0, le=3600)

@@ -8,13 +8,16 @@ from typing import Annotated
 import numpy as np
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
+from predictor.engine.engine import ScoredBatch
 from predictor.engine.queue_picture import frame_of
 from serving.convert import batch_response, job_columns
 from serving.deps import PrincipalDep, ServiceDep
 from serving.load_shedding import arrived_at
 from serving.schemas.jobs import JobSpec
 from serving.schemas.score import ScoreRequest, ScoreResponse
+from serving.service import Service
 
 router = APIRouter(prefix="/v1", tags=["score"])
 
@@ -54,14 +57,13 @@ async def score(body: ScoreRequest, request: Request, service: ServiceDep, princ
             degraded = "deadline"
     now = time.time()
     columns = job_columns(specs, now)
-    started = time.perf_counter()
+    reason = None if degraded is None else f"deadline: the model would answer after the caller's {deadline_ms:g} ms"
     with service.metrics.time_decision("score"):
-        batch = service.engine.score_batch(
-            frame_of(columns), now, columns=columns, explain=explain,
-            fallback_reason=None if degraded is None else (
-                f"deadline: the model would answer after the caller's {deadline_ms:g} ms"))
+        # in a worker thread: the event loop stays free to read, count and shed the requests that
+        # arrive meanwhile (serving.load_shedding bounds how many score at once)
+        batch, spent_s = await run_in_threadpool(_score, service, columns, now, explain, reason)
     if degraded is None and not batch.model.fallback:
-        service.score_cost.observe(len(specs), time.perf_counter() - started)
+        service.score_cost.observe(len(specs), spent_s)
     if degraded is not None:
         service.metrics.degraded_requests.labels(reason=degraded).inc()
     service.metrics.count_decisions(((d.tier, d.action) for d in batch.decisions), source="score")
@@ -69,3 +71,11 @@ async def score(body: ScoreRequest, request: Request, service: ServiceDep, princ
     if fallbacks:
         service.metrics.fallback_predictions.inc(fallbacks)
     return batch_response(batch, now, degraded=degraded)
+
+
+def _score(service: Service, columns: dict, now: float, explain: bool, fallback_reason: str | None,
+           ) -> tuple[ScoredBatch, float]:
+    started = time.perf_counter()
+    batch = service.engine.score_batch(frame_of(columns), now, columns=columns, explain=explain,
+                                       fallback_reason=fallback_reason)
+    return batch, time.perf_counter() - started
