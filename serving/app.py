@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from serving.errors import install_error_handlers
+from serving.load_shedding import LoadSheddingMiddleware
 from serving.middleware import ObservabilityMiddleware
 from serving.routers import ROUTERS
 from serving.service import Service, build_service
@@ -59,5 +60,8 @@ def create_app(settings: Settings | None = None, *, service: Service | None = No
     for router in ROUTERS:
         app.include_router(router)
 
+    # the last added is the outermost: requests shed for capacity are still timed and labelled
+    app.add_middleware(LoadSheddingMiddleware, max_concurrency=settings.max_concurrency, max_queue=settings.max_queue,
+                       queue_wait_ms=settings.queue_wait_ms, retry_after_s=settings.retry_after_s)
     app.add_middleware(ObservabilityMiddleware)
     return app

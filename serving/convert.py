@@ -8,13 +8,14 @@ import numpy as np
 import orjson
 from fastapi.responses import Response
 
-from predictor.engine.engine import Scored
+from predictor.engine.engine import Scored, ScoredBatch
 from predictor.engine.model_slot import LoadedModel
+from predictor.engine.predictions import prediction_docs
 from predictor.engine.queue_picture import canonical_columns
 from predictor.store.codec import decision_doc, prediction_doc
 from serving.schemas.jobs import JobSpec
 
-__all__ = ["job_columns", "score_response", "JSONBytes"]
+__all__ = ["job_columns", "score_response", "batch_response", "JSONBytes"]
 
 
 def job_columns(specs: Sequence[JobSpec], now: float) -> dict[str, np.ndarray]:
@@ -48,4 +49,25 @@ def score_response(scored: Sequence[Scored], model: LoadedModel, now: float) -> 
     headers = {"x-model-version": model.version, "x-model-fallback": "true" if model.fallback else "false"}
     # orjson: several times faster than json.dumps on a batch's documents (which hold no NaN: the codec
     # writes non-finite numbers as null)
+    return JSONBytes(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), headers=headers)
+
+
+def batch_response(batch: ScoredBatch, now: float, *, degraded: str | None = None) -> Response:
+    """``score_response`` for a :class:`ScoredBatch`: prediction documents straight from the columns,
+    the Decisions through the codec, encoded once by orjson. ``degraded``: why the service answered
+    with less than it would (``"deadline"``: the analytic fallback, past the caller's deadline)."""
+    model = batch.model
+    fallback_col = np.asarray(batch.predicted["fallback"], dtype=bool)
+    reasons = [r for r in np.asarray(batch.predicted["fallback_reason"], dtype=object)[fallback_col].tolist()
+               if isinstance(r, str) and r]
+    results = [{"job_id": p["job_id"], "prediction": p, "decision": decision_doc(d)}
+               for p, d in zip(prediction_docs(batch.predicted), batch.decisions, strict=True)]
+    body = {"results": results,
+            "model": {"version": model.version, "fallback": bool(fallback_col.any()),
+                      "fallback_reason": reasons[0] if reasons else model.fallback_reason},
+            "scored_at": now}
+    headers = {"x-model-version": model.version, "x-model-fallback": "true" if model.fallback else "false"}
+    if degraded is not None:
+        body["degraded"] = degraded
+        headers["x-degraded"] = degraded
     return JSONBytes(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), headers=headers)

@@ -16,11 +16,18 @@ metric                                                      meaning
 ``predictor_outbox_items{target,status}``                   decisions queued for a scheduler, by status
                                                             (pending, delivered, dead)
 ``predictor_outbox_oldest_pending_age_seconds{target}``     age of the oldest undelivered decision (0: none)
+``predictor_shed_requests_total{reason}``                   requests answered 503 at once: ``queue_full``,
+                                                            ``queue_wait`` (``serving.load_shedding``)
+``predictor_degraded_requests_total{reason}``               score requests the fallback answered because
+                                                            the model would miss their ``deadline``
+``predictor_worker_cpu_seconds{pid}``                       CPU time this worker process used so far
+                                                            (``time.process_time``; one series per worker)
 ==========================================================  =============================================
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -53,6 +60,24 @@ class _QueueLengthCollector(Collector):
         family = self._family()
         for status, n in sorted(self._counts().items()):
             family.add_metric([status], float(n))
+        yield family
+
+
+class _WorkerCpuCollector(Collector):
+    """CPU seconds of this process (user + system), labelled with its pid: a scrape reaches one worker,
+    so a benchmark that scrapes until it has seen every pid adds them up."""
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily("predictor_worker_cpu_seconds", "CPU seconds this worker process used so far",
+                                 labels=["pid"])
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        yield self._family()
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = self._family()
+        family.add_metric([str(os.getpid())], time.process_time())
         yield family
 
 
@@ -117,7 +142,13 @@ class ServiceMetrics:
                                       "Stream clients closed for falling behind", registry=r)
         self.stream_last_seq = Gauge("predictor_stream_last_seq", "Last event seq dispatched by this worker",
                                      registry=r)
+        self.shed_requests = Counter("predictor_shed_requests", "Requests answered 503 at once (over capacity)",
+                                     ["reason"], registry=r)
+        self.degraded_requests = Counter(
+            "predictor_degraded_requests", "Score requests answered by the fallback instead of the model",
+            ["reason"], registry=r)
         self._model_created_ts: float | None = None
+        r.register(_WorkerCpuCollector())
         r.register(_QueueLengthCollector(queue_counts))
         r.register(_ModelAgeCollector(lambda: self._model_created_ts, clock))
         if outbox_backlog is not None:

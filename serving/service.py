@@ -18,6 +18,7 @@ from predictor.queue.tracked_queue import TrackedQueue
 from predictor.store import Database, StreamEvent
 from predictor.store.jobs import status_counts
 from serving.auth import TokenRegistry
+from serving.load_shedding import ScoreCost
 from serving.metrics import OutboxBacklog, ServiceMetrics
 from serving.schemas.results import ModelStatusPublic
 from serving.settings import Settings
@@ -42,6 +43,7 @@ class Service:
     hub: StreamHub
     metrics: ServiceMetrics
     tokens: TokenRegistry
+    score_cost: ScoreCost = field(default_factory=ScoreCost)  # what the model took lately (deadlines)
     started_at: float = field(default_factory=time.time)
     _tasks: list[asyncio.Task] = field(default_factory=list)
 

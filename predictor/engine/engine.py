@@ -18,19 +18,18 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
 
 from features.errors import InputError
 from features.history import HistoryStore
-from features.schema import PLACEMENT_CLASSES
-from models.prediction import PREDICTION_COLUMNS, SLOWDOWN_COLUMNS, Prediction
+from models.prediction import PREDICTION_COLUMNS, Prediction
 from predictor.capacity.inventory import Inventory
 from predictor.capacity.layout import MILLI, ClusterLayout
 from predictor.capacity.placement import find_gang
-from predictor.engine.model_slot import FramePredictor, LoadedModel, ModelSlot
+from predictor.engine.model_slot import LoadedModel, ModelSlot
+from predictor.engine.predictions import predict_with, prediction_columns, predictions_from_columns
 from predictor.engine.queue_picture import QueuePicture, canonical_frame
 from predictor.policy import intake
 from predictor.policy.config import PolicyConfig
@@ -39,7 +38,8 @@ from predictor.policy.ledger import FairShareLedger, JobEvent
 from predictor.policy.plan import SchedulePlan
 from predictor.policy.scheduler import decide
 
-__all__ = ["Engine", "Scored", "UsageCharge", "ClusterDecisions", "decisions_for_rows", "predictions_from_columns"]
+__all__ = ["Engine", "Scored", "ScoredBatch", "UsageCharge", "ClusterDecisions", "decisions_for_rows",
+           "predictions_from_columns", "prediction_columns"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,18 @@ class Scored:
 
     prediction: Prediction
     decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredBatch:
+    """Scored jobs as the serving path keeps them: the prediction columns, one Decision per job."""
+
+    predicted: dict[str, np.ndarray]  # PREDICTION_COLUMNS, input order
+    decisions: list[Decision]  # input order
+    model: LoadedModel  # what predicted (a hot reload during the request does not change it)
+
+    def __len__(self) -> int:
+        return len(self.decisions)
 
 
 @dataclass(frozen=True)
@@ -213,14 +225,17 @@ class Engine:
         preds, model = self.predict_columns(jobs, now)
         return pd.DataFrame(preds, columns=list(PREDICTION_COLUMNS)), model
 
-    def predict_columns(self, jobs: pd.DataFrame, now: float, *,
-                        columns: Mapping[str, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], LoadedModel]:
+    def predict_columns(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None,
+                        fallback_reason: str | None = None) -> tuple[dict[str, np.ndarray], LoadedModel]:
         """:meth:`predict` as one array per ``PREDICTION_COLUMNS`` column; ``columns``: the same jobs as
-        ``canonical_columns`` arrays, which a predictor with ``predict_columns`` reads instead of the table."""
+        ``canonical_columns`` arrays, which a predictor with ``predict_columns`` reads instead of the table.
+        ``fallback_reason``: predict with the fallback, for this reason (a deadline the model would miss)."""
         with self._history_lock:
             model, history = self._current_history()
+            if fallback_reason is not None and not model.fallback:
+                model = LoadedModel(self.model.fallback, "fallback", True, fallback_reason, model.loaded_at)
             try:
-                preds = _predict_with(model.predictor, jobs, history, now, columns)
+                preds = predict_with(model.predictor, jobs, history, now, columns)
             except InputError:
                 raise
             except Exception as exc:
@@ -228,7 +243,7 @@ class Engine:
                     raise
                 log.exception("model %s failed; answering with the fallback", model.version)
                 reason = f"model {model.version} failed on this input: {type(exc).__name__}: {exc}"[:300]
-                preds = _predict_with(self.model.fallback, jobs, history, now, columns)
+                preds = predict_with(self.model.fallback, jobs, history, now, columns)
                 model = LoadedModel(self.model.fallback, "fallback", True, reason, model.loaded_at)
         n = len(jobs)
         if model.fallback and model.fallback_reason:  # the slot knows why no model answers; say that
@@ -244,11 +259,13 @@ class Engine:
 
     # ------------------------------------------------------------------ decide
     def plan(self, picture: QueuePicture, now: float, extra: Sequence[UsageCharge] = (), *,
-             policy: PolicyConfig | None = None, explain: bool = True) -> SchedulePlan:
+             policy: PolicyConfig | None = None, explain: bool = True,
+             write_rows: np.ndarray | None = None) -> SchedulePlan:
         """Run the rules layer on ``picture`` at ``now`` (``extra``: runs ended but not yet charged;
-        ``policy``: decide under this policy instead of the one in force; ``explain``: see ``decide``)."""
+        ``policy``: decide under this policy instead of the one in force; ``explain``, ``write_rows``:
+        see ``decide``)."""
         return decide(picture.snapshot(now, self.team_usage(now, picture, extra)), policy or self._policy,
-                      explain=explain)
+                      explain=explain, write_rows=write_rows)
 
     def score(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None,
               explain: bool = True) -> list[Scored]:
@@ -280,22 +297,29 @@ class Engine:
         LoadedModel
             The model that predicted them (a hot reload during the request does not change it).
         """
+        batch = self.score_batch(jobs, now, columns=columns, explain=explain)
+        predictions = predictions_from_columns(batch.predicted)
+        return [Scored(p, d) for p, d in zip(predictions, batch.decisions, strict=True)], batch.model
+
+    def score_batch(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None,
+                    explain: bool = True, fallback_reason: str | None = None) -> ScoredBatch:
+        """:meth:`score_with_model` without a ``Prediction`` object per job: the prediction columns and
+        the candidates' Decisions (the only Decisions written). What ``POST /v1/score`` calls.
+        ``fallback_reason``: the fallback predicts, for this reason (``predict_columns``)."""
         table = jobs if columns is None else columns
         ids = (jobs["job_id"].to_numpy(dtype=object) if columns is None else columns["job_id"]).tolist()
         if len(set(ids)) != len(ids):
             seen: set = set()
             dup = next(i for i in ids if i in seen or seen.add(i))
             raise InputError(f"job_id {dup!r} appears twice in the batch")
-        predicted, model = self.predict_columns(jobs, now, columns=columns)
+        predicted, model = self.predict_columns(jobs, now, columns=columns, fallback_reason=fallback_reason)
         picture = self._picture
         vocab = picture.vocab.extended(table)
         candidates = intake.pending_jobs(table, predicted, vocab, self.layout, now)
         trial = picture.with_candidates(candidates, vocab)
-        plan = self.plan(trial, now, explain=explain)
         rows = np.arange(len(trial.pending) - len(candidates), len(trial.pending))
-        decisions = decisions_for_rows(plan, rows, trial.pending.job_id)
-        predictions = predictions_from_columns(predicted)
-        return [Scored(p, d) for p, d in zip(predictions, decisions, strict=True)], model
+        plan = self.plan(trial, now, explain=explain, write_rows=rows)  # only the Decisions returned
+        return ScoredBatch(predicted, decisions_for_rows(plan, rows, trial.pending.job_id), model)
 
     def decide_cluster(self, pending: pd.DataFrame, running: pd.DataFrame, now: float, *,
                        explain: bool = True) -> ClusterDecisions:
@@ -358,47 +382,6 @@ def _gpu_rows(frame: pd.DataFrame) -> pd.DataFrame:
     if "num_gpus" not in frame.columns:
         return frame.reset_index(drop=True)
     return frame.loc[pd.to_numeric(frame["num_gpus"], errors="coerce").fillna(0).to_numpy() >= 1].reset_index(drop=True)
-
-
-def prediction_columns(preds: pd.DataFrame) -> dict[str, np.ndarray]:
-    """The prediction table as one numpy array per column (read once, used several times)."""
-    return {c: preds[c].to_numpy() for c in PREDICTION_COLUMNS}
-
-
-def _predict_with(predictor: FramePredictor, jobs: pd.DataFrame, history: HistoryStore, now: float,
-                  columns: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
-    """A predictor's prediction columns: through its ``predict_columns`` when it has one (the bundle and
-    the fallback do; no table is built), else read from its ``predict_frame``'s table."""
-    fast = getattr(predictor, "predict_columns", None)
-    if fast is not None:
-        return dict(fast(jobs, history, now, columns=columns))
-    return prediction_columns(predictor.predict_frame(jobs, history, now))
-
-
-def _finite_or_none(x: float) -> float | None:
-    return None if x != x else x
-
-
-def predictions_from_columns(columns: dict[str, np.ndarray]) -> list[Prediction]:
-    """``Prediction`` objects from prediction columns (what ``Prediction.from_row`` gives, per row)."""
-    slow = np.column_stack([np.asarray(columns[c], dtype=np.float64) for c in SLOWDOWN_COLUMNS]).tolist()
-    p10, p50, p90 = (np.asarray(columns[c], dtype=np.float64).tolist()
-                     for c in ("duration_p10_s", "duration_p50_s", "duration_p90_s"))
-    peak, upper = (np.asarray(columns[c], dtype=np.float64).tolist() for c in ("peak_vram_mib", "peak_vram_upper_mib"))
-    out = []
-    for i, job_id in enumerate(columns["job_id"].tolist()):
-        fits = columns["fits_gpu_types"][i]
-        reason = columns["fallback_reason"][i]
-        version = columns["model_version"][i]
-        out.append(Prediction(
-            job_id=str(job_id), duration_p10_s=p10[i], duration_p50_s=p50[i], duration_p90_s=p90[i],
-            peak_vram_mib=_finite_or_none(peak[i]), peak_vram_upper_mib=_finite_or_none(upper[i]),
-            fits_gpu_types=tuple(t for t in str(fits).split(",") if t) if isinstance(fits, str) else (),
-            slowdown=MappingProxyType(dict(zip(PLACEMENT_CLASSES, slow[i], strict=True))),
-            model_version=str(version) if isinstance(version, str) and version else "fallback",
-            fallback=bool(columns["fallback"][i]),
-            fallback_reason=reason if isinstance(reason, str) else None))
-    return out
 
 
 def decisions_for_rows(plan: SchedulePlan, rows: np.ndarray, ids: np.ndarray) -> list[Decision]:

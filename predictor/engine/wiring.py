@@ -15,12 +15,15 @@ variable                        meaning                                         
 ``PREDICTOR_MODEL_POLL_S``      how often to check whether the alias moved      ``30``
 ``PREDICTOR_POLICY_FILE``       policy YAML used until one is PUT               the packaged default
 ``PREDICTOR_INVENTORY_FILE``    cluster inventory YAML                          64 x A100-80GB (8 per node)
+``PREDICTOR_COMPILE_BOOSTERS``  compile a loaded model's boosters (lleaves)     ``true``
+``PREDICTOR_COMPILE_CACHE``     where compiled boosters are cached              ``~/.cache/gpu-job-predictor/lleaves``
 =============================  ==============================================  ==========================
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
@@ -37,6 +40,8 @@ from predictor.policy.presets import load_policy
 
 __all__ = ["EngineSettings", "get_engine_settings", "settings_from_env", "build_engine", "registry_model_slot",
            "parse_model_uri", "promote_model", "DEFAULT_INVENTORY_GPUS"]
+
+log = logging.getLogger(__name__)
 
 #: Inventory used when PREDICTOR_INVENTORY_FILE is not set: 64 x A100-80GB, 8 per node.
 DEFAULT_INVENTORY_GPUS = 64
@@ -132,7 +137,16 @@ def registry_model_slot(settings: EngineSettings) -> ModelSlot:
         return None if found is None else f"{name}/{found}"
 
     def load(model_version: str) -> FramePredictor:
-        return registry.load_predictor(f"models:/{model_version}", tracking_uri=tracking)
+        from models.compiled import compile_boosters
+
+        predictor = registry.load_predictor(f"models:/{model_version}", tracking_uri=tracking)
+        # once per version, here in the reload thread (the previous model answers meanwhile): the
+        # boosters as native code, LightGBM where that is off or fails (models.compiled)
+        counts = compile_boosters(predictor)
+        if counts["boosters"]:
+            log.info("model %s: %d of %d boosters compiled (%d failed, %d left to LightGBM)", model_version,
+                     counts["compiled"], counts["boosters"], counts["failed"], counts["skipped"])
+        return predictor
 
     return ModelSlot(uri=settings.model_uri, resolve=resolve, load=load,
                      fallback=fallback_models.FallbackPredictor(), poll_s=settings.model_poll_s)

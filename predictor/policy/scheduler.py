@@ -83,7 +83,8 @@ def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig) -> CycleContext:
     return CycleContext(snapshot, policy, sizing, book)
 
 
-def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = True) -> SchedulePlan:
+def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = True,
+           write_rows: np.ndarray | None = None) -> SchedulePlan:
     """Run one scheduling cycle on ``snapshot`` under ``policy`` (see the module docstring).
 
     Parameters
@@ -96,6 +97,11 @@ def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = T
         Write the readable parts of each Decision (factor details, reason sentence, warnings). A
         replay that only acts on the plan passes False: same decisions, factor values and weights,
         a terse reason. ``plan.queue()`` honours the same setting.
+    write_rows : array of int, optional
+        Pending rows whose Decisions to write now (default: every row acted on). A caller that reads
+        a few (the scoring API: the candidates) skips writing the others: ``decisions``,
+        ``reservations`` and ``evictions`` then hold those rows only, while ``action``,
+        ``assignments`` and ``stats`` cover every row and ``decision_for`` writes any row on request.
 
     Returns
     -------
@@ -123,12 +129,13 @@ def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = T
     decisions, assignments = [], []
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
+    wanted = None if write_rows is None else set(np.asarray(write_rows).tolist())
     for i in sorted(walk.outcomes, key=rank.__getitem__):
         o = walk.outcomes[i]
         if o.action == "wait":
             continue
-        d = writer.write(i, o, walk.lost_s if o.action == "preempt" else None)
-        decisions.append(d)
+        if wanted is None or i in wanted:
+            decisions.append(writer.write(i, o, walk.lost_s if o.action == "preempt" else None))
         if o.action in ("start", "preempt") and o.gpus is not None:
             victims = tuple(str(run.job_id[r]) for r in (o.victims if o.victims is not None else ()))
             assignments.append(Assignment(
@@ -141,10 +148,9 @@ def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = T
     starts = [r.start_ts for d in decisions if (r := d.reservation) is not None and r.start_ts > now]
     revisit = min([*starts, walk.revisit], default=math.inf)
     stats = {"pending": len(pend), "running": len(run), "considered": walk.considered, "beyond_depth": walk.beyond_depth,
-             "placement_attempts": walk.attempts, "started": sum(d.action == "start" for d in decisions),
-             "reserved": sum(d.action == "reserve" for d in decisions),
-             "preempting": sum(d.action == "preempt" for d in decisions),
-             "rejected": sum(d.action == "reject" for d in decisions),
+             "placement_attempts": walk.attempts, "started": int((action == "start").sum()),
+             "reserved": int((action == "reserve").sum()), "preempting": int((action == "preempt").sum()),
+             "rejected": int((action == "reject").sum()),
              "seconds": {"nominate": t1 - t0, "order": t2 - t1, "admit": t3 - t2, "plan": clock() - t3}}
     return SchedulePlan(
         now=now, policy_name=policy.name, order=order, priority=priority, action=action,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
@@ -53,3 +53,6 @@ class ScoreResponse(BaseModel):
     results: list[ScoreResult]
     model: ModelInfo
     scored_at: float
+    degraded: Literal["deadline"] | None = Field(default=None, description=(
+        "present when the service answered with less than usual: \"deadline\" = the analytic fallback "
+        "answered because the model would have missed the caller's X-Deadline-Ms"))

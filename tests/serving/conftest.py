@@ -34,7 +34,9 @@ def auth(who: str) -> dict[str, str]:
 def settings(tmp_path: Path) -> Settings:
     return Settings(database_url=f"sqlite:///{tmp_path / 'state.db'}",
                     mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-                    tokens=list(TOKENS.values()), stream_poll_s=0.05, max_body_bytes=64 * 1024)
+                    tokens=list(TOKENS.values()), stream_poll_s=0.05, max_body_bytes=64 * 1024,
+                    # bursts in these tests check other things; shedding has its own (test_load_shedding.py)
+                    queue_wait_ms=60_000, max_queue=1000)
 
 
 @pytest.fixture

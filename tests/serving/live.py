@@ -34,6 +34,8 @@ def server_env(database_url: str, tmp_path: Path, **extra: str) -> dict[str, str
         "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
         "PREDICTOR_TOKENS": json.dumps([t.model_dump(exclude_none=True) for t in TOKENS.values()]),
         "PREDICTOR_STREAM_POLL_S": "0.1",
+        # bursts in these tests check other things; shedding has its own (test_load_shedding.py)
+        "PREDICTOR_QUEUE_WAIT_MS": "60000", "PREDICTOR_MAX_QUEUE": "1000",
         "PYTHONPATH": str(ROOT),
         **extra,
     })

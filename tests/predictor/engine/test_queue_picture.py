@@ -73,3 +73,15 @@ def test_candidates_replace_tracked_jobs_of_the_same_id() -> None:
     assert trial.pending.job_id.tolist() == ["a", "b"] and trial.pending.num_gpus.tolist() == [2, 8]
     assert trial.pending.requested_types.tolist() == [[True], [True]]
     assert trial.pending.gpu_request.tolist() == [None, "A100-80GB"]
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_prediction_docs_are_the_codec_documents(n: int) -> None:
+    from predictor.engine.predictions import prediction_docs
+    from predictor.store.codec import prediction_doc
+
+    frame = _prediction_frame(n, np.random.default_rng(n)).copy()
+    frame.loc[0, "peak_vram_mib"] = np.nan  # a job with no memory estimate
+    frame.loc[0, "duration_p90_s"] = np.inf
+    cols = prediction_columns(frame)
+    assert prediction_docs(cols) == [prediction_doc(p) for p in predictions_from_columns(cols)]

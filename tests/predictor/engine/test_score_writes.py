@@ -1,0 +1,77 @@
+"""Scoring writes the Decisions it returns, not those of every tracked job it decided beside them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from features.schema import conform
+from predictor.capacity.inventory import homogeneous_inventory
+from predictor.engine.engine import Engine
+from predictor.policy import plan as plan_module
+from predictor.policy.presets import load_policy
+from predictor.store.codec import decision_doc
+from tests.serving.doubles import no_model_slot
+
+NOW = 1_800_000_000.0
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    return conform(pd.DataFrame([{"submit_ts": NOW - 600, "time_limit_s": 7200.0, **r} for r in rows]))
+
+
+@pytest.fixture
+def busy_engine() -> Engine:
+    """16 GPUs, 8 held by two running jobs, six tracked pending jobs, most started or reserved."""
+    engine = Engine(model=no_model_slot(), policy=load_policy(), inventory=homogeneous_inventory(16))
+    running = _frame([{"job_id": f"r{i}", "num_gpus": 4, "state": "RUNNING", "start_ts": NOW - 300} for i in range(2)])
+    pending = _frame([{"job_id": f"p{i}", "num_gpus": 2, "state": "PENDING"} for i in range(6)])
+    cycle = engine.decide_cluster(pending, running, NOW)
+    assert sum(d.action != "wait" for d in cycle.decisions) >= 4
+    engine.set_picture(cycle.picture)
+    return engine
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Job ids of every Decision written (the real writer runs)."""
+    seen: list[str] = []
+    real = plan_module.DecisionWriter.write
+
+    def counted(self, i, *args, **kwargs):  # noqa: ANN001, ANN202
+        seen.append(str(self.ctx.pending.job_id[i]))
+        return real(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(plan_module.DecisionWriter, "write", counted)
+    return seen
+
+
+def test_one_scored_job_writes_one_decision(busy_engine: Engine, writes: list[str]) -> None:
+    scored = busy_engine.score(_frame([{"job_id": "new", "num_gpus": 2, "state": "PENDING"}]), NOW)
+    assert [s.decision.job_id for s in scored] == ["new"]
+    assert writes == ["new"]
+
+
+def test_a_batch_writes_its_own_decisions_only(busy_engine: Engine, writes: list[str]) -> None:
+    batch = _frame([{"job_id": f"n{i}", "num_gpus": 1 + i % 3, "state": "PENDING"} for i in range(5)])
+    scored = busy_engine.score(batch, NOW)
+    assert sorted(writes) == sorted(s.decision.job_id for s in scored) == [f"n{i}" for i in range(5)]
+
+
+def test_the_decisions_are_those_of_a_full_plan(busy_engine: Engine) -> None:
+    from predictor.policy import intake
+
+    batch = _frame([{"job_id": f"n{i}", "num_gpus": 2 + 2 * (i % 2), "state": "PENDING"} for i in range(4)])
+    scored = busy_engine.score(batch, NOW)
+    # the same trial picture decided with every Decision written
+    predicted, _ = busy_engine.predict_columns(batch, NOW)
+    picture = busy_engine.picture
+    vocab = picture.vocab.extended(batch)
+    trial = picture.with_candidates(intake.pending_jobs(batch, predicted, vocab, busy_engine.layout, NOW), vocab)
+    full = busy_engine.plan(trial, NOW)
+    assert len(full.decisions) > len(scored)
+    for s in scored:
+        assert decision_doc(s.decision) == decision_doc(full.decision_for(s.decision.job_id))
+    assert {d.action for d in full.decisions} - {"wait"}
+    assert np.isin([s.decision.job_id for s in scored], trial.pending.job_id).all()
