@@ -32,19 +32,20 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from predictor.capacity.book import CapacityBook, predicted_busy_until
-from predictor.capacity.sizing import size_jobs
+from predictor.capacity.sizing import SizingOutcome, size_jobs
 from predictor.policy.admission import Admission
 from predictor.policy.config import PolicyConfig
 from predictor.policy.context import CycleContext
-from predictor.policy.ordering import ORDERINGS, Ordering, order_pending
+from predictor.policy.ordering import ORDERINGS, Ordering, OrderKeys, order_pending
 from predictor.policy.plan import Assignment, DecisionWriter, SchedulePlan
 from predictor.policy.snapshot import ClusterSnapshot
 
-__all__ = ["decide", "open_cycle"]
+__all__ = ["decide", "open_cycle", "run_cycle", "write_plan", "CycleResult"]
 
 _COMPILED: dict[int, tuple[PolicyConfig, Ordering, np.ndarray]] = {}
 
@@ -65,17 +66,64 @@ def _compile(policy: PolicyConfig) -> tuple[Ordering, np.ndarray]:
     return ordering, may
 
 
-def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig) -> CycleContext:
-    """Phases 1-2: open the capacity book and size the pending jobs; the context factors read."""
+def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOutcome | None = None) -> CycleContext:
+    """Phases 1-2: open the capacity book and size the pending jobs (unless ``sizing`` is given);
+    the context factors read."""
     lay, now, pend, run = snapshot.layout, float(snapshot.now), snapshot.pending, snapshot.running
     rcfg = policy.reservation
     busy = predicted_busy_until(lay.n_gpus, now, run.alloc_gpus, run.alloc_offsets, run.start_ts,
                                 run.predicted_end_ts, overrun_extension_s=rcfg.overrun_extension_s,
                                 unknown_duration_s=rcfg.unknown_duration_s)
     book = CapacityBook(lay, now, snapshot.free_milli, busy, strategy=policy.placement.strategy)
-    sizing = size_jobs(lay, policy.sizing, num_gpus=pend.num_gpus, gpu_milli=pend.gpu_milli,
-                       peak_upper_mib=pend.peak_vram_upper_mib, requested_types=pend.requested_types)
+    if sizing is None:
+        sizing = size_jobs(lay, policy.sizing, num_gpus=pend.num_gpus, gpu_milli=pend.gpu_milli,
+                           peak_upper_mib=pend.peak_vram_upper_mib, requested_types=pend.requested_types)
     return CycleContext(snapshot, policy, sizing, book)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class CycleResult:
+    """Phases 1-4 of one cycle, before any Decision is written (what ``decide()`` and the light
+    plan of ``predictor.policy.light_plan`` both build on)."""
+
+    ctx: CycleContext
+    ordering: Ordering
+    keys: OrderKeys
+    order: np.ndarray
+    priority: np.ndarray
+    guarded: np.ndarray
+    run_prio: np.ndarray
+    walk: Admission
+    seconds: dict
+
+    def ranked_outcomes(self) -> list[int]:
+        """Pending rows with an outcome, in priority order."""
+        rank = np.empty(len(self.order), dtype=np.int64)
+        rank[self.order] = np.arange(len(self.order))
+        return sorted(self.walk.outcomes, key=rank.__getitem__)
+
+
+def run_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOutcome | None = None) -> CycleResult:
+    """Phases 1-4 of ``decide()`` (snapshot, nominate, order, admit). ``sizing``: the pending jobs'
+    sizing when the caller already has it (it must equal ``size_jobs`` on the snapshot's rows)."""
+    clock = time.perf_counter
+    t0 = clock()
+    ordering, may_preempt = _compile(policy)
+    run = snapshot.running
+    ctx = open_cycle(snapshot, policy, sizing)  # 1. snapshot, 2. nominate
+    t1 = clock()
+    # 3. order
+    keys = ordering.keys(ctx)
+    order, priority, guarded = order_pending(ctx, keys, policy.aging)
+    run_prio = ordering.running_priority(ctx)
+    run_prio = run.priority if run_prio is None else run_prio
+    t2 = clock()
+    # 4. admit
+    walk = Admission(ctx, ctx.book, priority, run_prio, may_preempt)
+    walk.run(order)
+    t3 = clock()
+    return CycleResult(ctx, ordering, keys, order, priority, guarded, run_prio, walk,
+                       {"nominate": t1 - t0, "order": t2 - t1, "admit": t3 - t2})
 
 
 def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = True) -> SchedulePlan:
@@ -96,29 +144,18 @@ def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = T
     -------
     SchedulePlan
     """
-    clock = time.perf_counter
-    t0 = clock()
-    ordering, may_preempt = _compile(policy)
+    return write_plan(run_cycle(snapshot, policy), policy, explain=explain)
+
+
+def write_plan(cycle: CycleResult, policy: PolicyConfig, *, explain: bool = True) -> SchedulePlan:
+    """Phase 5: freeze the cycle's outcomes into a :class:`SchedulePlan` with a Decision per job acted on."""
+    t3 = time.perf_counter()
+    ctx, walk, order, priority = cycle.ctx, cycle.walk, cycle.order, cycle.priority
+    snapshot = ctx.snapshot
     now, pend, run = float(snapshot.now), snapshot.pending, snapshot.running
-    ctx = open_cycle(snapshot, policy)  # 1. snapshot, 2. nominate
-    book = ctx.book
-    t1 = clock()
-    # 3. order
-    keys = ordering.keys(ctx)
-    order, priority, guarded = order_pending(ctx, keys, policy.aging)
-    run_prio = ordering.running_priority(ctx)
-    run_prio = run.priority if run_prio is None else run_prio
-    t2 = clock()
-    # 4. admit
-    walk = Admission(ctx, book, priority, run_prio, may_preempt)
-    walk.run(order)
-    t3 = clock()
-    # 5. plan
-    writer = DecisionWriter(ctx, ordering, keys, priority, guarded, run_prio, explain=explain)
+    writer = DecisionWriter(ctx, cycle.ordering, cycle.keys, priority, cycle.guarded, cycle.run_prio, explain=explain)
     decisions, assignments = [], []
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    for i in sorted(walk.outcomes, key=rank.__getitem__):
+    for i in cycle.ranked_outcomes():
         o = walk.outcomes[i]
         if o.action == "wait":
             continue
@@ -140,7 +177,7 @@ def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = T
              "reserved": sum(d.action == "reserve" for d in decisions),
              "preempting": sum(d.action == "preempt" for d in decisions),
              "rejected": sum(d.action == "reject" for d in decisions),
-             "seconds": {"nominate": t1 - t0, "order": t2 - t1, "admit": t3 - t2, "plan": clock() - t3}}
+             "seconds": {**cycle.seconds, "plan": time.perf_counter() - t3}}
     return SchedulePlan(
         now=now, policy_name=policy.name, order=order, priority=priority, action=action,
         decisions=tuple(decisions), assignments=tuple(assignments),

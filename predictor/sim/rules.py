@@ -27,11 +27,11 @@ from predictor.capacity.layout import ClusterLayout
 from predictor.policy import intake
 from predictor.policy.config import PolicyConfig
 from predictor.policy.decision import Decision
+from predictor.policy.incremental import IncrementalScheduler
 from predictor.policy.intake import Names, Vocabulary
 from predictor.policy.ledger import FairShareLedger
-from predictor.policy.plan import SchedulePlan
+from predictor.policy.light_plan import Act, LightPlan
 from predictor.policy.presets import load_policy as _load_policy
-from predictor.policy.scheduler import decide
 from predictor.policy.snapshot import ClusterSnapshot, PendingJobs, RunningJobs
 from predictor.sim.predictions import PredictionTable
 from predictor.sim.progress import JobProgress
@@ -63,9 +63,16 @@ class ReplayPlan:
     """A rules-layer plan with an earlier revisit: the next instant a running job passes its predicted
     end, when the rules layer's picture changes without an event (``decide`` does not name it)."""
 
-    plan: SchedulePlan
-    decisions: tuple[Decision, ...]
+    plan: LightPlan
     revisit_at_ts: float
+
+    @property
+    def acts(self) -> tuple[Act, ...]:
+        return self.plan.acts
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        return self.plan.decisions
 
 
 class PolicyRules:
@@ -117,6 +124,7 @@ class PolicyRules:
         self.peak_upper = predictions.peak_vram_upper_mib.copy()
         self.half_life_s = float(policy.factors.fairshare.half_life_s)
         self.ledger = FairShareLedger(self.half_life_s)
+        self.scheduler = IncrementalScheduler(policy)
         # parts of the last snapshot reused while what they were built from is unchanged: the pending
         # columns (same queued rows, none of them stopped since) and the running jobs' static columns
         # (same cluster version: no allocation or release since)
@@ -149,15 +157,16 @@ class PolicyRules:
             self.peak_upper[j] = self.jobs.peak_vram_mib[j]
 
     # -- one cycle -------------------------------------------------------------------------------
-    def plan(self, view: SimView) -> SchedulePlan | ReplayPlan:
-        """``decide`` on the replay's snapshot; the revisit also names the next running job's predicted
-        end (see :class:`ReplayPlan`)."""
+    def plan(self, view: SimView) -> LightPlan | ReplayPlan:
+        """``decide`` on the replay's snapshot, as the light plan of the incremental scheduler (the acts
+        of ``decide``; job keys are trace rows); the revisit also names the next running job's
+        predicted end (see :class:`ReplayPlan`)."""
         snap = self.snapshot(view)
-        # the replay acts on decisions and never shows them: no readable sentences (same decisions)
-        plan = decide(snap, self.policy, explain=False)
+        # the replay acts on the plan and never shows it: acts, no Decisions (``plan.full()`` writes them)
+        plan = self.scheduler.plan(snap, job_keys=view.pending)
         turn = self._next_predicted_end(snap)
         if turn is not None and (plan.revisit_at_ts is None or turn < plan.revisit_at_ts):
-            return ReplayPlan(plan=plan, decisions=plan.decisions, revisit_at_ts=turn)
+            return ReplayPlan(plan=plan, revisit_at_ts=turn)
         return plan
 
     def _next_predicted_end(self, snap: ClusterSnapshot) -> float | None:
