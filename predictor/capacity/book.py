@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from predictor.capacity.layout import CROSS_RACK, MILLI, ClusterLayout
-from predictor.capacity.placement import GangChoice, find_gang
+from predictor.capacity.placement import GangChoice, GangMemo, find_gang
 
 __all__ = ["CapacityBook", "predicted_busy_until"]
 
@@ -71,11 +71,15 @@ class CapacityBook:
     free_milli : ndarray of int, shape (n_gpus,)
     busy_until : ndarray of float, shape (n_gpus,)
     strategy : {"best_class", "first_fit"}
+    gang_memo : GangMemo, optional
+        Remembers gang searches across books of the same layout (same answers, see ``GangMemo``).
     """
 
     def __init__(self, layout: ClusterLayout, now: float, free_milli: np.ndarray, busy_until: np.ndarray,
-                 strategy: str = "best_class") -> None:
+                 strategy: str = "best_class", gang_memo: GangMemo | None = None) -> None:
         self.layout = layout
+        self.gang_memo = gang_memo if gang_memo is not None and gang_memo.layout is layout else None
+        self._find = self.gang_memo.find if self.gang_memo is not None else self._search
         self.now = float(now)
         self.strategy = strategy
         self.free_milli = np.array(free_milli, dtype=np.int64, copy=True)
@@ -89,6 +93,9 @@ class CapacityBook:
         whole = self.free_milli == MILLI
         self.whole_free_by_type = np.bincount(layout.gpu_type[whole], minlength=layout.n_types)
         self.any_free_by_type = np.bincount(layout.gpu_type[self.free_milli > 0], minlength=layout.n_types)
+
+    def _search(self, usable: np.ndarray, num_gpus: int, **kw) -> GangChoice | None:
+        return find_gang(self.layout, usable, num_gpus, **kw)
 
     # ------------------------------------------------------------------ queries
     def could_fit_now(self, type_code: int, num_gpus: int, milli: int) -> bool:
@@ -130,8 +137,7 @@ class CapacityBook:
         need_class = 0
         while True:
             usable = base & (self.reserved_from >= end_by_class[need_class]) if self.any_reserved else base
-            choice = find_gang(self.layout, usable, num_gpus, max_class=max_class, strategy=self.strategy,
-                               free_milli=share)
+            choice = self._find(usable, num_gpus, max_class=max_class, strategy=self.strategy, free_milli=share)
             if choice is None:
                 return None
             c = choice.placement_class
@@ -197,9 +203,9 @@ class CapacityBook:
         if not np.isfinite(t):
             return None
         usable = self.layout.type_masks[type_code] & (self.busy_until <= t)
-        choice = find_gang(self.layout, usable, num_gpus, max_class=max_class, strategy=self.strategy)
+        choice = self._find(usable, num_gpus, max_class=max_class, strategy=self.strategy)
         if choice is None:  # first_fit may miss a class-k set that exists; fall back to any class
-            choice = find_gang(self.layout, usable, num_gpus, strategy="best_class", max_class=max_class)
+            choice = self._find(usable, num_gpus, strategy="best_class", max_class=max_class)
         if choice is None:
             raise RuntimeError(f"no gang of {num_gpus} at the earliest time {t} computed for it")
         return t, choice

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor.capacity.book import CapacityBook, predicted_busy_until
+from predictor.capacity.placement import GangMemo
 from predictor.capacity.sizing import SizingOutcome, size_jobs
 from predictor.policy.admission import Admission
 from predictor.policy.config import PolicyConfig
@@ -66,15 +67,16 @@ def _compile(policy: PolicyConfig) -> tuple[Ordering, np.ndarray]:
     return ordering, may
 
 
-def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOutcome | None = None) -> CycleContext:
+def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOutcome | None = None,
+               gang_memo: GangMemo | None = None) -> CycleContext:
     """Phases 1-2: open the capacity book and size the pending jobs (unless ``sizing`` is given);
-    the context factors read."""
+    the context factors read. ``gang_memo`` remembers gang searches across cycles (same answers)."""
     lay, now, pend, run = snapshot.layout, float(snapshot.now), snapshot.pending, snapshot.running
     rcfg = policy.reservation
     busy = predicted_busy_until(lay.n_gpus, now, run.alloc_gpus, run.alloc_offsets, run.start_ts,
                                 run.predicted_end_ts, overrun_extension_s=rcfg.overrun_extension_s,
                                 unknown_duration_s=rcfg.unknown_duration_s)
-    book = CapacityBook(lay, now, snapshot.free_milli, busy, strategy=policy.placement.strategy)
+    book = CapacityBook(lay, now, snapshot.free_milli, busy, strategy=policy.placement.strategy, gang_memo=gang_memo)
     if sizing is None:
         sizing = size_jobs(lay, policy.sizing, num_gpus=pend.num_gpus, gpu_milli=pend.gpu_milli,
                            peak_upper_mib=pend.peak_vram_upper_mib, requested_types=pend.requested_types)
@@ -103,14 +105,16 @@ class CycleResult:
         return sorted(self.walk.outcomes, key=rank.__getitem__)
 
 
-def run_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOutcome | None = None) -> CycleResult:
+def run_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOutcome | None = None,
+              gang_memo: GangMemo | None = None) -> CycleResult:
     """Phases 1-4 of ``decide()`` (snapshot, nominate, order, admit). ``sizing``: the pending jobs'
-    sizing when the caller already has it (it must equal ``size_jobs`` on the snapshot's rows)."""
+    sizing when the caller already has it (it must equal ``size_jobs`` on the snapshot's rows);
+    ``gang_memo``: see :func:`open_cycle`."""
     clock = time.perf_counter
     t0 = clock()
     ordering, may_preempt = _compile(policy)
     run = snapshot.running
-    ctx = open_cycle(snapshot, policy, sizing)  # 1. snapshot, 2. nominate
+    ctx = open_cycle(snapshot, policy, sizing, gang_memo)  # 1. snapshot, 2. nominate
     t1 = clock()
     # 3. order
     keys = ordering.keys(ctx)

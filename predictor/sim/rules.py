@@ -27,7 +27,8 @@ from predictor.capacity.layout import ClusterLayout
 from predictor.policy import intake
 from predictor.policy.config import PolicyConfig
 from predictor.policy.decision import Decision
-from predictor.policy.incremental import IncrementalScheduler
+from predictor.capacity.sizing import SizingOutcome
+from predictor.policy.incremental import IncrementalScheduler, JobSizing
 from predictor.policy.intake import Names, Vocabulary
 from predictor.policy.ledger import FairShareLedger
 from predictor.policy.light_plan import Act, LightPlan
@@ -125,10 +126,13 @@ class PolicyRules:
         self.half_life_s = float(policy.factors.fairshare.half_life_s)
         self.ledger = FairShareLedger(self.half_life_s)
         self.scheduler = IncrementalScheduler(policy)
+        # every job's sizing (flavor from memory), once; a row again when a crash teaches its memory
+        self.sizing = JobSizing(self.layout, policy.sizing, num_gpus=jobs.num_gpus, gpu_milli=jobs.gpu_milli,
+                                peak_upper_mib=self.peak_upper, requested_types=self.requested)
         # parts of the last snapshot reused while what they were built from is unchanged: the pending
         # columns (same queued rows, none of them stopped since) and the running jobs' static columns
         # (same cluster version: no allocation or release since)
-        self._pending_cache: tuple[JobProgress, np.ndarray, PendingJobs] | None = None
+        self._pending_cache: tuple[JobProgress, np.ndarray, PendingJobs, SizingOutcome] | None = None
         self._running_cache: tuple[object, int, dict] | None = None
 
     # -- replay hooks ------------------------------------------------------------------------------
@@ -155,6 +159,7 @@ class PolicyRules:
                 mine[j] = max(theirs[j] - kept, 1.0) if np.isfinite(theirs[j]) else theirs[j]
         if progress.memory_known[j]:
             self.peak_upper[j] = self.jobs.peak_vram_mib[j]
+            self.sizing.update(j, peak_upper_mib=float(self.peak_upper[j]))
 
     # -- one cycle -------------------------------------------------------------------------------
     def plan(self, view: SimView) -> LightPlan | ReplayPlan:
@@ -163,7 +168,7 @@ class PolicyRules:
         predicted end (see :class:`ReplayPlan`)."""
         snap = self.snapshot(view)
         # the replay acts on the plan and never shows it: acts, no Decisions (``plan.full()`` writes them)
-        plan = self.scheduler.plan(snap, job_keys=view.pending)
+        plan = self.scheduler.plan(snap, sizing=self._pending_cache[3])
         turn = self._next_predicted_end(snap)
         if turn is not None and (plan.revisit_at_ts is None or turn < plan.revisit_at_ts):
             return ReplayPlan(plan=plan, revisit_at_ts=turn)
@@ -189,7 +194,7 @@ class PolicyRules:
         return ClusterSnapshot(now=now_ts, layout=self.layout, pending=self._pending(view),
                                running=self._running(view, rows, offsets, gpus), teams=self.teams,
                                tiers=self.tiers, queues=self.queues, team_usage_gpu_s=self._usage(view, now_ts, rows),
-                               free_milli=view.cluster.free_milli)
+                               free_milli=view.cluster.free_milli.copy())  # frozen: the plan may be written later
 
     def _pending(self, view: SimView) -> PendingJobs:
         rows = view.pending
@@ -211,7 +216,7 @@ class PolicyRules:
         for v in vars(out).values():  # shared by the snapshots of later cycles: nobody may modify them
             if isinstance(v, np.ndarray):
                 v.flags.writeable = False
-        self._pending_cache = (view.progress, rows, out)
+        self._pending_cache = (view.progress, rows, out, self.sizing.take(rows))
         return out
 
     def _running(self, view: SimView, rows: np.ndarray, offsets: np.ndarray, gpus: np.ndarray) -> RunningJobs:
