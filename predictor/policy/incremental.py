@@ -38,7 +38,11 @@ from predictor.policy.light_plan import LightPlan, light_plan
 from predictor.policy.scheduler import run_cycle
 from predictor.policy.snapshot import ClusterSnapshot
 
-__all__ = ["IncrementalScheduler", "JobSizing"]
+__all__ = ["IncrementalScheduler", "JobSizing", "THIN_AFTER"]
+
+#: Walk only the jobs that may still act once only starts and preemptions are left (``Admission``),
+#: when more than this many jobs remain.
+THIN_AFTER = 64
 
 _COLS = ("allowed", "flavor", "need_mib", "too_small", "wasteful", "fits_nowhere", "requested_missing")
 
@@ -90,8 +94,9 @@ class IncrementalScheduler:
     policy : PolicyConfig
     """
 
-    def __init__(self, policy: PolicyConfig) -> None:
+    def __init__(self, policy: PolicyConfig, *, thin_after: int | None = THIN_AFTER) -> None:
         self.policy = policy
+        self.thin_after = thin_after
         self.gang_memo: GangMemo | None = None
 
     def plan(self, snapshot: ClusterSnapshot, *, sizing: SizingOutcome | None = None,
@@ -104,4 +109,5 @@ class IncrementalScheduler:
         memo = self.gang_memo
         if memo is None or memo.layout is not snapshot.layout:
             memo = self.gang_memo = GangMemo(snapshot.layout)
-        return light_plan(run_cycle(snapshot, self.policy, sizing, memo), self.policy, explain=explain)
+        return light_plan(run_cycle(snapshot, self.policy, sizing, memo, self.thin_after), self.policy,
+                          explain=explain)

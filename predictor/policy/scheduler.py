@@ -106,10 +106,10 @@ class CycleResult:
 
 
 def run_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOutcome | None = None,
-              gang_memo: GangMemo | None = None) -> CycleResult:
+              gang_memo: GangMemo | None = None, thin_after: int | None = None) -> CycleResult:
     """Phases 1-4 of ``decide()`` (snapshot, nominate, order, admit). ``sizing``: the pending jobs'
     sizing when the caller already has it (it must equal ``size_jobs`` on the snapshot's rows);
-    ``gang_memo``: see :func:`open_cycle`."""
+    ``gang_memo``: see :func:`open_cycle`; ``thin_after``: see ``Admission`` (None: the reference walk)."""
     clock = time.perf_counter
     t0 = clock()
     ordering, may_preempt = _compile(policy)
@@ -123,7 +123,7 @@ def run_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOut
     run_prio = run.priority if run_prio is None else run_prio
     t2 = clock()
     # 4. admit
-    walk = Admission(ctx, ctx.book, priority, run_prio, may_preempt)
+    walk = Admission(ctx, ctx.book, priority, run_prio, may_preempt, thin_after=thin_after)
     walk.run(order)
     t3 = clock()
     return CycleResult(ctx, ordering, keys, order, priority, guarded, run_prio, walk,

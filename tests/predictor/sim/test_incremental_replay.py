@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from features.schema import PLACEMENT_CLASSES
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.policy.config import QueueingConfig
+from predictor.policy.incremental import IncrementalScheduler
 from predictor.policy.scheduler import decide
 from predictor.sim.predictions import NoPredictions, OraclePredictions, PredictionTable
 from predictor.sim.replay import Replay, SimConfig
@@ -104,12 +105,14 @@ class _FullAsLight:
         self.acts = None
 
 
-def _replay(rules_cls, rows: JobRows, preset: str, source: str, gpus: int = 16):
+def _replay(rules_cls, rows: JobRows, preset: str, source: str, gpus: int = 16, thin_after: int | None = None):
     table, _ = load_workload(rows.frame())
     inv = homogeneous_inventory(gpus)
     src, factor = SOURCES[source]
     preds = _scaled(src.predict(table, inv), factor)
     rules = rules_cls(preset, _policy(preset), table, inv, preds)
+    if thin_after is not None:  # the thin walk on queues of any length (the replay: over 64 jobs left)
+        rules.scheduler = IncrementalScheduler(rules.policy, thin_after=thin_after)
     rec = Replay(table, inv, rules, preds, SimConfig(default_checkpoint_s=600.0)).run()
     order = np.lexsort((rec.seg_start, rec.seg_job))
     segs = list(zip(rec.seg_job[order].tolist(), rec.seg_start[order].tolist(), rec.seg_end[order].tolist(),
@@ -134,10 +137,11 @@ def _workload(draw) -> JobRows:
     return rows
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(draw=jobs_strategy, preset=st.sampled_from(PRESETS), source=st.sampled_from(sorted(SOURCES)))
-def test_every_incremental_plan_is_the_full_decide(draw, preset, source):
-    _, _, rules = _replay(CheckedRules, _workload(draw), preset, source)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(draw=jobs_strategy, preset=st.sampled_from(PRESETS), source=st.sampled_from(sorted(SOURCES)),
+       thin_after=st.sampled_from([0, 2, None]))
+def test_every_incremental_plan_is_the_full_decide(draw, preset, source, thin_after):
+    _, _, rules = _replay(CheckedRules, _workload(draw), preset, source, thin_after=thin_after)
     assert rules.cycles >= 1
 
 
