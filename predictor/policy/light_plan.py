@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from predictor.policy.config import PolicyConfig
 from predictor.capacity.layout import ClusterLayout
+from predictor.policy.config import PolicyConfig
 from predictor.policy.decision import Decision, Placement
 from predictor.policy.plan import SchedulePlan, placement_of
 from predictor.policy.snapshot import ClusterSnapshot

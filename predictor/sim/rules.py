@@ -24,10 +24,10 @@ import pandas as pd
 
 from predictor.capacity.inventory import Inventory
 from predictor.capacity.layout import ClusterLayout
+from predictor.capacity.sizing import SizingOutcome
 from predictor.policy import intake
 from predictor.policy.config import PolicyConfig
 from predictor.policy.decision import Decision
-from predictor.capacity.sizing import SizingOutcome
 from predictor.policy.incremental import IncrementalScheduler, JobSizing
 from predictor.policy.intake import Names, Vocabulary
 from predictor.policy.ledger import FairShareLedger
