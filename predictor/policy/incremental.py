@@ -11,6 +11,18 @@ and the policy's ``sizing`` section. The caller sizes its whole job table once (
 trace, at the start), sizes a row again when its inputs change (memory learnt from a crash) and
 passes the queued rows' sizing each cycle: ``size_jobs`` on the snapshot, row for row.
 
+*Gang searches and free maxima* (``capacity.placement.GangMemo``). ``find_gang`` is a pure function of
+the usable mask, the gang size, the class limit and the strategy (and, for one GPU share, the free
+shares of the usable GPUs); the memo answers a search asked again on an unchanged capacity picture
+(cycle after cycle while nothing started or ended) with the first answer. ``best_class_now``'s free
+maxima per type and class, a function of the free shares, are kept the same way.
+
+*The thin walk* (``Admission(thin_after=THIN_AFTER)``). Once only starts and preemptions are left in a
+cycle, a job that fits in no count of free GPUs (an over-estimate; capacity only shrinks during the
+walk) and may not preempt is passed over by the full walk; the thin walk jumps over such jobs at once
+and, when it switches to the starts-only walk, starts that from the job after the last one walked,
+as the full walk would.
+
 *No Decisions unless asked.* The cycle's outcomes become :class:`~predictor.policy.light_plan.Act`
 records (GPUs, class, times, victims, priority); ``LightPlan.full()`` writes the SchedulePlan of a
 full ``decide()`` on the same snapshot when a caller wants Decisions.

@@ -6,7 +6,7 @@ replay) reads a handful of fields of each; writing the rest was ~13 % of a repla
 :class:`LightPlan` holds one :class:`Act` per job acted on, with exactly what carrying it out needs:
 the GPUs (global indices), the placement class, the priority, the victims, the reservation's start.
 The same walk's outcomes fill both, so the acts are the Decisions' actions, GPUs and times to the
-bit (``tests/predictor/policy/test_incremental.py``); the full :class:`SchedulePlan` is written
+bit (``tests/predictor/sim/test_incremental_replay.py``); the full :class:`SchedulePlan` is written
 from the snapshot on first ask (:meth:`LightPlan.full`, :meth:`LightPlan.queue`).
 """
 
