@@ -19,6 +19,13 @@ Sections (``--sections``, comma-separated; all by default):
     The PAI-simulator validation (``predictor.sim.pai_shape``): FIFO and SJF (oracle), both greedy
     without preemption as in the PAI simulator, on 20,000 PAI-shaped jobs on one 6,500-GPU node;
     compared with ``../shared/data/stats/pai_simulator_result_0228.log``.
+``scaling``
+    CPU seconds (``time.process_time``) of the replay alone for ``--scaling-policies`` (``ours``)
+    at ``--scaling-sizes`` jobs (10k, 30k, 100k) on 1,000 GPUs at offered load 0.9, with the
+    exponent of a power law fitted through them (target: no worse than n log n; 100k under 60 s).
+``pai_speed``
+    CPU seconds of FIFO, SJF and ``ours`` on the PAI simulator's workload shape (20,000 jobs) on
+    2,112 GPUs (target: ``ours`` under 18 s, a tenth of the peer's FIFO).
 ``speed``
     Wall time and events/s of a 100,000-job replay (``--speed-jobs``) on 1,000 GPUs per policy
     (target < 60 s on one core; the load average before and after each replay is printed with it), and of a 1,000,000-job replay (target < 15 min) for the policies named in
@@ -135,7 +142,9 @@ def section_synthetic(policies: list[str], cfg: ExperimentConfig, n_jobs: int, g
 
 def _pai_replay(jobs: pd.DataFrame, gpus: int, name: str) -> dict:
     """FIFO or SJF as the PAI simulator runs them: greedy (a job that does not fit is skipped), no
-    preemption, no reservation, on one node of ``gpus`` GPUs (no topology)."""
+    preemption, no reservation, on one node of ``gpus`` GPUs (no topology). ``OURS``: the ``ours``
+    preset as shipped (its own queueing, reservations and preemption) told the true durations (the
+    PAI-shaped jobs have no history to train on), on the same node."""
     from predictor.policy.config import QueueingConfig
     from predictor.sim.predictions import NoPredictions, OraclePredictions
     from predictor.sim.replay import replay
@@ -143,15 +152,38 @@ def _pai_replay(jobs: pd.DataFrame, gpus: int, name: str) -> dict:
     from predictor.sim.workload import load_workload
 
     table, _ = load_workload(jobs)
-    inv = homogeneous_inventory(gpus, gpus_per_node=gpus)
-    preset, source = {"FIFO": ("fifo", NoPredictions()), "SJF": ("sjf-oracle", OraclePredictions())}[name]
-    policy = load_policy(preset).model_copy(update={"queueing": QueueingConfig(strategy="best_effort",
-                                                                                scope="cluster")})
+    # the PAI-shaped jobs ask for V100s (the PAI cluster's type): the node is of that type, as in PAI
+    inv = homogeneous_inventory(gpus, gpus_per_node=gpus, gpu_type="V100")
+    preset, source = {"FIFO": ("fifo", NoPredictions()), "SJF": ("sjf-oracle", OraclePredictions()),
+                      "OURS": ("ours", OraclePredictions())}[name]
+    policy = load_policy(preset)
+    if name != "OURS":
+        policy = policy.model_copy(update={"queueing": QueueingConfig(strategy="best_effort", scope="cluster")})
     preds = source.predict(table, inv)
+    cpu0 = time.process_time()
     rec = replay(table, inv, PolicyRules(name, policy, table, inv, preds), preds, SimConfig())
+    cpu = time.process_time() - cpu0
     metrics, more = policy_metrics(rec)
     return {"gpus": gpus, "avg_jct_s": metrics["avg_jct_s"], "avg_wait_s": metrics["avg_wait_s"],
-            "makespan_s": metrics["makespan_s"], "wall_s": rec.wall_s, "events_per_s": more["replay"]["events_per_s"]}
+            "makespan_s": metrics["makespan_s"], "wall_s": rec.wall_s, "cpu_s": cpu, "events": rec.events,
+            "decide_calls": rec.decide_calls, "events_per_s": more["replay"]["events_per_s"]}
+
+
+def section_pai_speed(quick: bool) -> dict:
+    """CPU seconds of FIFO, SJF and ``ours`` on the PAI simulator's shape (20,000 jobs) on 2,112 GPUs
+    (the capacity our FIFO's average wait was calibrated to; the peer's FIFO took 182-186 s CPU
+    there): the target is ``ours`` under a tenth of it, 18 s."""
+    from predictor.sim.pai_shape import PAI_JOBS, pai_shaped_jobs
+
+    n = PAI_JOBS // 5 if quick else PAI_JOBS
+    gpus = int(2112 * n / PAI_JOBS)
+    jobs = validate(pai_shaped_jobs(n)).jobs
+    out: dict = {"jobs": n, "gpus": gpus, "target_ours_cpu_s": 18.0 * n / PAI_JOBS,
+                 "peer_fifo_cpu_s": [182.0, 186.0]}
+    for name in ("FIFO", "SJF", "OURS"):
+        out[name] = _pai_replay(jobs, gpus, name)
+        _log(f"pai_speed {name}: {out[name]}")
+    return out
 
 
 def section_pai(quick: bool) -> dict:
@@ -206,6 +238,52 @@ def _with_depth(depth: int | None):
     return adjust
 
 
+def _cpu_replays(timings: dict):
+    """A ``ReplayMany`` that times each replay in CPU seconds (``time.process_time``) into ``timings``."""
+    from predictor.sim.replay import replay
+    from predictor.sim.rules import PolicyRules
+
+    def many(table, inventory, runs, sim):
+        records = []
+        for name, policy, pred in runs:
+            t0 = time.process_time()
+            records.append(replay(table, inventory, PolicyRules(name, policy, table, inventory, pred), pred, sim))
+            timings[name] = time.process_time() - t0
+        return records
+
+    return many
+
+
+def section_scaling(policies: list[str], sizes: list[int], gpus: int = 1000) -> dict:
+    """CPU seconds of the replay alone at each size (jobs replayed, after a 30 % training prefix) on
+    ``gpus`` GPUs at offered load 0.9, and the exponent of a power law fitted through them (log-log
+    least squares): the target is no worse than n log n (an exponent of about 1.1 over 10k-100k)."""
+    from features.synth import generate
+
+    out: dict = {"gpus": gpus, "sizes": sizes}
+    for name in policies:
+        rows = []
+        for n in sizes:
+            jobs = generate(int(n / 0.7), seed=5, cluster_gpus=gpus, target_load=0.9)
+            timings: dict = {}
+            records, _ = run_experiment(jobs, homogeneous_inventory(gpus), [name],
+                                        ExperimentConfig(train_fraction=0.3, sim=SimConfig()),
+                                        replay_many=_cpu_replays(timings))
+            rec = records[0]
+            rows.append({"jobs_replayed": len(rec.jobs), "replay_cpu_s": timings[name], "replay_wall_s": rec.wall_s,
+                         "events": rec.events, "decide_calls": rec.decide_calls,
+                         "events_per_cpu_s": rec.events / timings[name],
+                         "load_average_1min": round(os.getloadavg()[0], 2)})
+            _log(f"scaling {name} {n}: {rows[-1]}")
+        entry: dict = {"runs": rows}
+        if len(rows) >= 2:
+            x = np.log([r["jobs_replayed"] for r in rows])
+            y = np.log([r["replay_cpu_s"] for r in rows])
+            entry["fitted_exponent"] = float(np.polyfit(x, y, 1)[0])
+        out[name] = entry
+    return out
+
+
 def section_speed(policies: list[str], million_policies: list[str], quick: bool, n_jobs: int = 100_000,
                   scheduling_depth: int | None = None) -> dict:
     """Replay wall time per policy for ~100,000 (and ~1,000,000) replayed jobs on 1,000 GPUs.
@@ -228,12 +306,13 @@ def section_speed(policies: list[str], million_policies: list[str], quick: bool,
         res = {}
         for name in names:
             t0, load0 = time.perf_counter(), os.getloadavg()[0]
+            timings: dict = {}
             records, _ = run_experiment(jobs, homogeneous_inventory(gpus), [name], cfg,
                                         on_phase=lambda m, label=label: _log(f"speed {label}: {m}"),
-                                        adjust_policy=_with_depth(scheduling_depth))
+                                        adjust_policy=_with_depth(scheduling_depth), replay_many=_cpu_replays(timings))
             rec = records[0]
             total = time.perf_counter() - t0
-            res[name] = {"jobs_replayed": len(rec.jobs), "replay_wall_s": rec.wall_s,
+            res[name] = {"jobs_replayed": len(rec.jobs), "replay_cpu_s": timings[name], "replay_wall_s": rec.wall_s,
                          "prediction_wall_s": total - rec.wall_s, "events": rec.events,
                          "events_per_s": rec.events / rec.wall_s, "decide_calls": rec.decide_calls,
                          "decide_s": rec.decide_s, "target_s": 60.0 if n <= 100_000 else 900.0,
@@ -255,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="speed section: replay with queueing.scheduling_depth set to this (changes decisions)")
     ap.add_argument("--million-policies", default="",
                     help="policies to replay 1,000,000 jobs with (opt-in: hours at the measured rates)")
+    ap.add_argument("--scaling-policies", default="ours", help="scaling section: policies timed at every size")
+    ap.add_argument("--scaling-sizes", default="10000,30000,100000",
+                    help="scaling section: jobs replayed (after the 30 %% prefix) on 1,000 GPUs")
     ap.add_argument("--synthetic-jobs", type=int, default=20_000)
     ap.add_argument("--synthetic-gpus", type=int, default=512)
     ap.add_argument("--quick", action="store_true", help="smaller workloads (a smoke run)")
@@ -276,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
         doc["synthetic"] = section_synthetic(policies, cfg, n, args.synthetic_gpus)
     if "pai" in sections:
         doc["pai_validation"] = section_pai(args.quick)
+    if "pai_speed" in sections:
+        doc["pai_speed"] = section_pai_speed(args.quick)
+    if "scaling" in sections:
+        doc["scaling"] = section_scaling([p for p in args.scaling_policies.split(",") if p],
+                                         [int(n) for n in args.scaling_sizes.split(",") if n])
     if "speed" in sections:
         doc["speed"] = section_speed([p for p in args.speed_policies.split(",") if p],
                                      [p for p in args.million_policies.split(",") if p], args.quick,

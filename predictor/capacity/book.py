@@ -41,7 +41,7 @@ import numpy as np
 
 from predictor.capacity.eligibility import NodeEligibility
 from predictor.capacity.layout import CROSS_RACK, MILLI, ClusterLayout
-from predictor.capacity.placement import GangChoice, find_gang
+from predictor.capacity.placement import GangChoice, GangMemo, find_gang
 
 __all__ = ["CapacityBook", "predicted_busy_until"]
 
@@ -79,11 +79,17 @@ class CapacityBook:
     strategy : {"best_class", "first_fit"}
     eligibility : NodeEligibility, optional
         The pending jobs' constraints (rule *node eligibility*); None: every job may use every GPU.
+    gang_memo : GangMemo, optional
+        Remembers gang searches across books of the same layout (same answers, see ``GangMemo``; keyed
+        on the usable mask, so a constrained job's searches are remembered apart).
     """
 
     def __init__(self, layout: ClusterLayout, now: float, free_milli: np.ndarray, busy_until: np.ndarray,
-                 strategy: str = "best_class", eligibility: NodeEligibility | None = None) -> None:
+                 strategy: str = "best_class", eligibility: NodeEligibility | None = None,
+                 gang_memo: GangMemo | None = None) -> None:
         self.layout = layout
+        self.gang_memo = gang_memo if gang_memo is not None and gang_memo.layout is layout else None
+        self._find = self.gang_memo.find if self.gang_memo is not None else self._search
         self.now = float(now)
         self.strategy = strategy
         self.free_milli = np.array(free_milli, dtype=np.int64, copy=True)
@@ -101,6 +107,9 @@ class CapacityBook:
         whole = self.free_milli == MILLI
         self.whole_free_by_type = np.bincount(layout.gpu_type[whole], minlength=layout.n_types)
         self.any_free_by_type = np.bincount(layout.gpu_type[self.free_milli > 0], minlength=layout.n_types)
+
+    def _search(self, usable: np.ndarray, num_gpus: int, **kw) -> GangChoice | None:
+        return find_gang(self.layout, usable, num_gpus, **kw)
 
     # ------------------------------------------------------------------ node eligibility
     def restrict(self, row: int) -> None:
@@ -158,8 +167,7 @@ class CapacityBook:
         need_class = 0
         while True:
             usable = base & (self.reserved_from >= end_by_class[need_class]) if self.any_reserved else base
-            choice = find_gang(self.layout, usable, num_gpus, max_class=max_class, strategy=self.strategy,
-                               free_milli=share)
+            choice = self._find(usable, num_gpus, max_class=max_class, strategy=self.strategy, free_milli=share)
             if choice is None:
                 return None
             c = choice.placement_class
@@ -229,9 +237,9 @@ class CapacityBook:
         if not np.isfinite(t):
             return None
         usable = self.type_mask(type_code) & (self.busy_until <= t)
-        choice = find_gang(self.layout, usable, num_gpus, max_class=max_class, strategy=self.strategy)
+        choice = self._find(usable, num_gpus, max_class=max_class, strategy=self.strategy)
         if choice is None:  # first_fit may miss a class-k set that exists; fall back to any class
-            choice = find_gang(self.layout, usable, num_gpus, strategy="best_class", max_class=max_class)
+            choice = self._find(usable, num_gpus, strategy="best_class", max_class=max_class)
         if choice is None:
             raise RuntimeError(f"no gang of {num_gpus} at the earliest time {t} computed for it")
         return t, choice

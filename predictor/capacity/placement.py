@@ -30,7 +30,7 @@ import numpy as np
 
 from predictor.capacity.layout import CROSS_NUMA, CROSS_RACK, NVLINK, SAME_NUMA, SAME_RACK, ClusterLayout
 
-__all__ = ["GangChoice", "find_gang", "STRATEGIES"]
+__all__ = ["GangChoice", "find_gang", "GangMemo", "STRATEGIES"]
 
 STRATEGIES: tuple[str, ...] = ("best_class", "first_fit")
 
@@ -166,3 +166,54 @@ def find_gang(layout: ClusterLayout, usable: np.ndarray, num_gpus: int, *,
                           node_counts[nodes])
     order = nodes[np.lexsort((-node_counts[nodes], rack_of, -rack_total))]
     return _choice(layout, _fill_nodes(layout, usable, order, node_counts, need))
+
+
+class GangMemo:
+    """``find_gang`` remembered across calls: a pure function of the usable mask, the gang size, the
+    class limit, the strategy and (for a single GPU share) the usable GPUs' free shares, so a search
+    asked again on the same capacity picture returns the first answer (the replay asks the same
+    searches cycle after cycle while the cluster has not changed). Bounded: forgets everything past
+    ``max_entries``. The chosen GPU arrays are shared and read-only.
+
+    :meth:`recall` / :meth:`remember` keep other pure functions of one per-GPU array the same way
+    (``CycleContext.best_class_now``'s free maxima, keyed by the free shares).
+    """
+
+    def __init__(self, layout: ClusterLayout, max_entries: int = 8192) -> None:
+        self.layout = layout
+        self.max_entries = max_entries
+        self._memo: dict[tuple, GangChoice | None] = {}
+        self.hits = self.misses = 0
+
+    def find(self, usable: np.ndarray, num_gpus: int, *, max_class: int = CROSS_RACK, strategy: str = "best_class",
+             free_milli: np.ndarray | None = None) -> GangChoice | None:
+        """``find_gang(self.layout, usable, ...)``, remembered."""
+        share = None if free_milli is None or int(num_gpus) != 1 or strategy == "first_fit" \
+            else free_milli[usable].tobytes()
+        key = (usable.tobytes(), int(num_gpus), int(max_class), strategy, share)
+        memo = self._memo
+        if key in memo:
+            self.hits += 1
+            return memo[key]
+        self.misses += 1
+        choice = find_gang(self.layout, usable, num_gpus, max_class=max_class, strategy=strategy, free_milli=free_milli)
+        if choice is not None:
+            choice.gpus.flags.writeable = False
+        if len(memo) >= self.max_entries:
+            memo.clear()
+        memo[key] = choice
+        return choice
+
+    def recall(self, what: str, of: np.ndarray):
+        """What :meth:`remember` kept for ``what`` of an equal array ``of``, else None."""
+        hit = self._memo.get((what, of.tobytes()))
+        if hit is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return hit
+
+    def remember(self, what: str, of: np.ndarray, value) -> None:
+        if len(self._memo) >= self.max_entries:
+            self._memo.clear()
+        self._memo[(what, of.tobytes())] = value

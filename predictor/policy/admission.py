@@ -39,7 +39,7 @@ class Admission:
     """Phase 4: the walk over the queue (see the module docstring)."""
 
     def __init__(self, ctx: CycleContext, book: CapacityBook, priority: np.ndarray, run_prio: np.ndarray,
-                 may_preempt: np.ndarray) -> None:
+                 may_preempt: np.ndarray, *, thin_after: int | None = None) -> None:
         self.ctx, self.book, self.priority, self.run_prio = ctx, book, priority, run_prio
         self.may_preempt = may_preempt
         pol = ctx.policy
@@ -69,6 +69,10 @@ class Admission:
         depth = pol.queueing.scheduling_depth
         self.test_left = math.inf if depth is None else depth  # blocked jobs still to test (scheduling depth)
         self.beyond_depth = 0
+        # walk only the jobs that may still act once only starts and preemptions are left, when more
+        # than this many jobs remain (None: walk every job, the reference walk); the same outcomes
+        self.thin_after = thin_after
+        self._preemptible = np.zeros(0, dtype=bool)
 
     @cached_property
     def lost_s(self) -> np.ndarray:
@@ -96,6 +100,7 @@ class Admission:
         g_of = ctx.pending.num_gpus.tolist()
         share = (ctx.pending.gpu_milli < MILLI).tolist()
         single_type = ctx.layout.n_types == 1
+        one_type = [0]
         allowed = None if single_type else [np.flatnonzero(row).tolist() for row in sizing.allowed]
         whole, some = book.whole_free_by_type, book.any_free_by_type
         end0 = (self.now + ctx.p90 * self.slow[:, 0]).tolist()  # predicted end on the best placement
@@ -107,8 +112,11 @@ class Admission:
         beyond = Outcome("wait", note="no capacity free now; beyond the scheduling depth this cycle "
                                       "(queueing.scheduling_depth)")
         rows, pos, fits_only = order.tolist(), 0, False
+        thin_after, thin_pos = self.thin_after, None
+        cur = -1  # position in ``order`` of the job being walked (until fits_only)
         while pos < len(rows):
             i = rows[pos]
+            prev, cur = cur, (pos if thin_pos is None else thin_pos[pos])
             pos += 1
             if strict and self.blocked_all:
                 break  # strict order blocked everywhere: no later job may do anything this cycle
@@ -119,7 +127,7 @@ class Admission:
             if not fits_only and not strict and (self.test_left <= 0 or (self.reserve_left <= 0 and self.preempt_left <= 0)):
                 # only starts are left: walk on over the jobs that fit in what is free now (capacity only
                 # shrinks during the rest of the walk), found at once
-                rest = order[pos - 1:]
+                rest = order[prev + 1:]  # from the job after the last one walked (all of them when not thin)
                 ok = self._fit_now_mask(rest)
                 if self.test_left <= 0:
                     passed = rest[~ok & ~sizing_never[rest]].tolist()
@@ -127,23 +135,42 @@ class Admission:
                     self.beyond_depth += len(passed)
                 rows, pos, fits_only = rest[ok].tolist(), 0, True
                 continue
+            if (thin_pos is None and thin_after is not None and not fits_only and not strict and self.reserve_left <= 0
+                    and len(order) - cur > thin_after):
+                # only starts and preemptions are left (test_left > 0, preempt_left > 0 here): a job that
+                # fits nowhere now (counts only, an over-estimate; capacity only shrinks) and may not
+                # preempt would be passed over until the end of the walk, so walk on over the others only
+                rest = order[cur:]
+                keep = np.flatnonzero(self._fit_now_mask(rest) | self._preemptible[rest])
+                rows, pos, thin_pos, cur = rest[keep].tolist(), 0, (keep + cur).tolist(), cur - 1
+                continue
             book.restrict(i)  # residency: this job's eligible GPUs only (rule *node eligibility*)
-            types = [0] if single_type else allowed[i]
             g = g_of[i]
-            if share[i]:
-                fits = any(some[t] >= g for t in types)
+            if single_type:  # the same tests as below, without a generator per job
+                types = one_type
+                if share[i]:
+                    fits = some[0] >= g
+                else:
+                    fits = whole[0] >= g and book.whole_free_until(0, end0[i]) >= g
             else:
-                fits = any(whole[t] >= g and book.whole_free_until(t, end0[i]) >= g for t in types)
+                types = allowed[i]
+                if share[i]:
+                    fits = any(some[t] >= g for t in types)
+                else:
+                    fits = any(whole[t] >= g and book.whole_free_until(t, end0[i]) >= g for t in types)
             if not fits and self.test_left <= 0:
                 self.outcomes[i] = beyond
                 self.beyond_depth += 1
-                self._block(scope[i])
+                if strict:
+                    self._block(scope[i])
                 continue
             if not fits and self.reserve_left <= 0:
                 # only preemption is left: try it when possible at all and the wait would trigger it
                 if not (preemptible[i] and self.preempt_left > 0) or (
-                        not has_deadline[i] and min(book.earliest_any(t, g) for t in types) - self.now <= trigger):
-                    self._block(scope[i])
+                        not has_deadline[i] and (book.earliest_any(0, g) if single_type else
+                                                 min(book.earliest_any(t, g) for t in types)) - self.now <= trigger):
+                    if strict:
+                        self._block(scope[i])
                     continue
             self.considered += 1
             if not fits:
@@ -171,6 +198,7 @@ class Admission:
         n = len(ctx.pending)
         r = ctx.snapshot.running
         if self.preempt_left <= 0 or n == 0:
+            self._preemptible = np.zeros(n, dtype=bool)
             return [False] * n
         old = (self.now - r.start_ts) >= pc.min_runtime_s
         held = r.num_gpus * r.gpu_milli / MILLI
@@ -195,6 +223,7 @@ class Admission:
             young_wanted |= victim_ok & ~old & (self.run_prio < prio[rows].max())
         if young_wanted.any():
             self.revisit = min(self.revisit, float((r.start_ts[young_wanted] + pc.min_runtime_s).min()))
+        self._preemptible = possible
         return possible.tolist()
 
     def consider(self, i: int) -> str:

@@ -10,7 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from predictor.capacity.book import CapacityBook
-from predictor.capacity.layout import MILLI
+from predictor.capacity.layout import MILLI, ClusterLayout
 from predictor.capacity.sizing import SizingOutcome
 from predictor.policy.config import PolicyConfig, SlaClassConfig
 from predictor.policy.snapshot import ClusterSnapshot
@@ -154,23 +154,12 @@ class CycleContext:
         cluster per type (ignoring reservations); a GPU share needs one GPU with that share free.
         """
         lay, book = self.layout, self.book
-        whole = book.free_milli == MILLI
-        maxima = np.zeros((lay.n_types, 5), dtype=np.int64)
-        for t in range(lay.n_types):
-            usable = whole & lay.type_masks[t]
-            idx = np.flatnonzero(usable)
-            if len(idx) == 0:
-                continue
-            per_node = np.bincount(lay.gpu_node[idx], minlength=lay.n_nodes)
-            isl = lay.gpu_island[idx]
-            numa = lay.gpu_numa[idx]
-            maxima[t, 0] = max(1, np.bincount(isl[isl >= 0]).max() if (isl >= 0).any() else 1)
-            maxima[t, 1] = max(maxima[t, 0], np.bincount(numa[numa >= 0]).max() if (numa >= 0).any() else 1)
-            maxima[t, 2] = max(maxima[t, 1], per_node.max())
-            racked = lay.node_rack >= 0
-            rack = np.bincount(lay.node_rack[racked], weights=per_node[racked]).max() if racked.any() else 0
-            maxima[t, 3] = max(maxima[t, 2], int(rack))
-            maxima[t, 4] = len(idx)
+        memo = getattr(book, "gang_memo", None)
+        maxima = None if memo is None else memo.recall("free_maxima", book.free_milli)
+        if maxima is None:
+            maxima = free_maxima(lay, book.free_milli)
+            if memo is not None:
+                memo.remember("free_maxima", book.free_milli, maxima)
         p = self.pending
         allowed = self.sizing.allowed
         g = p.num_gpus
@@ -187,3 +176,27 @@ class CycleContext:
             feasible[rows, 0] = enough & (g[rows] == 1)
             feasible[rows, 4] = enough & (g[rows] > 1)
         return np.where(feasible.any(axis=1), np.argmax(feasible, axis=1), NO_CLASS)
+
+
+def free_maxima(lay: ClusterLayout, free_milli: np.ndarray) -> np.ndarray:
+    """Per GPU type (rows) and placement class (columns), the largest gang of wholly free GPUs that
+    fits in one unit of that class (island, NUMA domain, node, rack; the whole type for the last)."""
+    whole = free_milli == MILLI
+    maxima = np.zeros((lay.n_types, 5), dtype=np.int64)
+    for t in range(lay.n_types):
+        usable = whole & lay.type_masks[t]
+        idx = np.flatnonzero(usable)
+        if len(idx) == 0:
+            continue
+        per_node = np.bincount(lay.gpu_node[idx], minlength=lay.n_nodes)
+        isl = lay.gpu_island[idx]
+        numa = lay.gpu_numa[idx]
+        maxima[t, 0] = max(1, np.bincount(isl[isl >= 0]).max() if (isl >= 0).any() else 1)
+        maxima[t, 1] = max(maxima[t, 0], np.bincount(numa[numa >= 0]).max() if (numa >= 0).any() else 1)
+        maxima[t, 2] = max(maxima[t, 1], per_node.max())
+        racked = lay.node_rack >= 0
+        rack = np.bincount(lay.node_rack[racked], weights=per_node[racked]).max() if racked.any() else 0
+        maxima[t, 3] = max(maxima[t, 2], int(rack))
+        maxima[t, 4] = len(idx)
+    maxima.flags.writeable = False
+    return maxima

@@ -16,7 +16,7 @@ from functools import cached_property
 import numpy as np
 
 from features.schema import PLACEMENT_CLASSES
-from predictor.capacity.layout import MILLI
+from predictor.capacity.layout import MILLI, ClusterLayout
 from predictor.capacity.sizing import describe_sizing
 from predictor.policy.context import CycleContext
 from predictor.policy.decision import (
@@ -31,7 +31,7 @@ from predictor.policy.decision import (
 from predictor.policy.factors.base import hours
 from predictor.policy.ordering import NORMAL_MAX, Ordering, OrderKeys, starvation_threshold_s
 
-__all__ = ["SchedulePlan", "Assignment", "Outcome", "DecisionWriter", "ACTIONS"]
+__all__ = ["SchedulePlan", "Assignment", "Outcome", "DecisionWriter", "ACTIONS", "placement_of"]
 
 ACTIONS: tuple[str, ...] = ("wait", "start", "reserve", "preempt", "reject")
 
@@ -65,6 +65,14 @@ class Assignment:
     start_ts: float
     predicted_end_ts: float
     victims: tuple[str, ...] = ()
+
+
+def placement_of(layout: ClusterLayout, gpus: np.ndarray, type_code: int, placement_class: int,
+                 slowdown: float) -> Placement:
+    """The :class:`Placement` of a gang on global GPUs ``gpus`` (node names and local GPU indices)."""
+    indices = layout.gpu_indices_by_node(gpus)
+    return Placement(gpu_type=layout.gpu_types[type_code], gpus_by_node=tuple((n, len(v)) for n, v in indices),
+                     placement_class=PLACEMENT_CLASSES[placement_class], slowdown=slowdown, gpu_indices=indices)
 
 
 class DecisionWriter:
@@ -107,12 +115,8 @@ class DecisionWriter:
     def placement(self, i: int, o: Outcome) -> Placement | None:
         if o.gpus is None:
             return None
-        lay = self.ctx.layout
         c = o.placement_class
-        indices = lay.gpu_indices_by_node(o.gpus)
-        return Placement(gpu_type=lay.gpu_types[o.type_code], gpus_by_node=tuple((n, len(v)) for n, v in indices),
-                         placement_class=PLACEMENT_CLASSES[c], slowdown=float(self.ctx.pending.slowdown[i, c]),
-                         gpu_indices=indices)
+        return placement_of(self.ctx.layout, o.gpus, o.type_code, c, float(self.ctx.pending.slowdown[i, c]))
 
     def time_limit(self, i: int, o: Outcome) -> float | None:
         cfg = self.policy.time_limit

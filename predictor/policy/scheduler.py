@@ -32,20 +32,22 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from predictor.capacity.book import CapacityBook, predicted_busy_until
-from predictor.capacity.sizing import size_jobs
+from predictor.capacity.placement import GangMemo
+from predictor.capacity.sizing import SizingOutcome, size_jobs
 from predictor.policy.admission import Admission
 from predictor.policy.config import PolicyConfig
 from predictor.policy.context import CycleContext
-from predictor.policy.ordering import ORDERINGS, Ordering, order_pending
+from predictor.policy.ordering import ORDERINGS, Ordering, OrderKeys, order_pending
 from predictor.policy.plan import Assignment, DecisionWriter, SchedulePlan
 from predictor.policy.residency import cycle_eligibility
 from predictor.policy.snapshot import ClusterSnapshot
 
-__all__ = ["decide", "open_cycle"]
+__all__ = ["decide", "open_cycle", "run_cycle", "write_plan", "CycleResult"]
 
 _COMPILED: dict[int, tuple[PolicyConfig, Ordering, np.ndarray]] = {}
 
@@ -66,8 +68,10 @@ def _compile(policy: PolicyConfig) -> tuple[Ordering, np.ndarray]:
     return ordering, may
 
 
-def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig) -> CycleContext:
-    """Phases 1-2: open the capacity book and size the pending jobs; the context factors read."""
+def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOutcome | None = None,
+               gang_memo: GangMemo | None = None) -> CycleContext:
+    """Phases 1-2: open the capacity book and size the pending jobs (unless ``sizing`` is given);
+    the context factors read. ``gang_memo`` remembers gang searches across cycles (same answers)."""
     lay, now, pend, run = snapshot.layout, float(snapshot.now), snapshot.pending, snapshot.running
     rcfg = policy.reservation
     busy = predicted_busy_until(lay.n_gpus, now, run.alloc_gpus, run.alloc_offsets, run.start_ts,
@@ -76,11 +80,61 @@ def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig) -> CycleContext:
     # residency (docs/residency.md): each pending job's eligible nodes, from its constraint and the policy
     eligibility = cycle_eligibility(lay, pend, snapshot.teams, policy.residency, snapshot.queues)
     book = CapacityBook(lay, now, snapshot.free_milli, busy, strategy=policy.placement.strategy,
-                        eligibility=eligibility)
-    sizing = size_jobs(lay, policy.sizing, num_gpus=pend.num_gpus, gpu_milli=pend.gpu_milli,
-                       peak_upper_mib=pend.peak_vram_upper_mib, requested_types=pend.requested_types,
-                       eligibility=eligibility)
+                        eligibility=eligibility, gang_memo=gang_memo)
+    if sizing is None or eligibility is not None:
+        # a caller's per-job sizing (predictor.policy.incremental) knows no constraints: with any
+        # constrained job pending, size this cycle's rows here (rule *node eligibility*)
+        sizing = size_jobs(lay, policy.sizing, num_gpus=pend.num_gpus, gpu_milli=pend.gpu_milli,
+                           peak_upper_mib=pend.peak_vram_upper_mib, requested_types=pend.requested_types,
+                           eligibility=eligibility)
     return CycleContext(snapshot, policy, sizing, book)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class CycleResult:
+    """Phases 1-4 of one cycle, before any Decision is written (what ``decide()`` and the light
+    plan of ``predictor.policy.light_plan`` both build on)."""
+
+    ctx: CycleContext
+    ordering: Ordering
+    keys: OrderKeys
+    order: np.ndarray
+    priority: np.ndarray
+    guarded: np.ndarray
+    run_prio: np.ndarray
+    walk: Admission
+    seconds: dict
+
+    def ranked_outcomes(self) -> list[int]:
+        """Pending rows with an outcome, in priority order."""
+        rank = np.empty(len(self.order), dtype=np.int64)
+        rank[self.order] = np.arange(len(self.order))
+        return sorted(self.walk.outcomes, key=rank.__getitem__)
+
+
+def run_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOutcome | None = None,
+              gang_memo: GangMemo | None = None, thin_after: int | None = None) -> CycleResult:
+    """Phases 1-4 of ``decide()`` (snapshot, nominate, order, admit). ``sizing``: the pending jobs'
+    sizing when the caller already has it (it must equal ``size_jobs`` on the snapshot's rows);
+    ``gang_memo``: see :func:`open_cycle`; ``thin_after``: see ``Admission`` (None: the reference walk)."""
+    clock = time.perf_counter
+    t0 = clock()
+    ordering, may_preempt = _compile(policy)
+    run = snapshot.running
+    ctx = open_cycle(snapshot, policy, sizing, gang_memo)  # 1. snapshot, 2. nominate
+    t1 = clock()
+    # 3. order
+    keys = ordering.keys(ctx)
+    order, priority, guarded = order_pending(ctx, keys, policy.aging)
+    run_prio = ordering.running_priority(ctx)
+    run_prio = run.priority if run_prio is None else run_prio
+    t2 = clock()
+    # 4. admit
+    walk = Admission(ctx, ctx.book, priority, run_prio, may_preempt, thin_after=thin_after)
+    walk.run(order)
+    t3 = clock()
+    return CycleResult(ctx, ordering, keys, order, priority, guarded, run_prio, walk,
+                       {"nominate": t1 - t0, "order": t2 - t1, "admit": t3 - t2})
 
 
 def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = True,
@@ -107,30 +161,21 @@ def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = T
     -------
     SchedulePlan
     """
-    clock = time.perf_counter
-    t0 = clock()
-    ordering, may_preempt = _compile(policy)
+    return write_plan(run_cycle(snapshot, policy), policy, explain=explain, write_rows=write_rows)
+
+
+def write_plan(cycle: CycleResult, policy: PolicyConfig, *, explain: bool = True,
+               write_rows: np.ndarray | None = None) -> SchedulePlan:
+    """Phase 5: freeze the cycle's outcomes into a :class:`SchedulePlan` with a Decision per job acted on
+    (``write_rows``: only those rows' Decisions, see :func:`decide`)."""
+    t3 = time.perf_counter()
+    ctx, walk, order, priority = cycle.ctx, cycle.walk, cycle.order, cycle.priority
+    snapshot = ctx.snapshot
     now, pend, run = float(snapshot.now), snapshot.pending, snapshot.running
-    ctx = open_cycle(snapshot, policy)  # 1. snapshot, 2. nominate
-    book = ctx.book
-    t1 = clock()
-    # 3. order
-    keys = ordering.keys(ctx)
-    order, priority, guarded = order_pending(ctx, keys, policy.aging)
-    run_prio = ordering.running_priority(ctx)
-    run_prio = run.priority if run_prio is None else run_prio
-    t2 = clock()
-    # 4. admit
-    walk = Admission(ctx, book, priority, run_prio, may_preempt)
-    walk.run(order)
-    t3 = clock()
-    # 5. plan
-    writer = DecisionWriter(ctx, ordering, keys, priority, guarded, run_prio, explain=explain)
+    writer = DecisionWriter(ctx, cycle.ordering, cycle.keys, priority, cycle.guarded, cycle.run_prio, explain=explain)
     decisions, assignments = [], []
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
     wanted = None if write_rows is None else set(np.asarray(write_rows).tolist())
-    for i in sorted(walk.outcomes, key=rank.__getitem__):
+    for i in cycle.ranked_outcomes():
         o = walk.outcomes[i]
         if o.action == "wait":
             continue
@@ -151,7 +196,7 @@ def decide(snapshot: ClusterSnapshot, policy: PolicyConfig, *, explain: bool = T
              "placement_attempts": walk.attempts, "started": int((action == "start").sum()),
              "reserved": int((action == "reserve").sum()), "preempting": int((action == "preempt").sum()),
              "rejected": int((action == "reject").sum()),
-             "seconds": {"nominate": t1 - t0, "order": t2 - t1, "admit": t3 - t2, "plan": clock() - t3}}
+             "seconds": {**cycle.seconds, "plan": time.perf_counter() - t3}}
     return SchedulePlan(
         now=now, policy_name=policy.name, order=order, priority=priority, action=action,
         decisions=tuple(decisions), assignments=tuple(assignments),

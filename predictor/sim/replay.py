@@ -28,6 +28,7 @@ import numpy as np
 
 from predictor.capacity.inventory import Inventory
 from predictor.policy.decision import Decision, Placement, Priority, Reservation
+from predictor.policy.light_plan import Act
 from predictor.sim.cluster import ClusterState, PlanError
 from predictor.sim.events import EventKind, EventQueue
 from predictor.sim.predictions import PredictionTable
@@ -62,7 +63,7 @@ class RunningJob:
     gpus: np.ndarray  # global GPU indices (ClusterState)
     slots: np.ndarray  # the ClusterState slots holding them
     milli: int
-    placement: Placement
+    placement: Placement | None  # as the Decision named it (None when started from a light plan's act)
     placement_class: int  # index into PLACEMENT_CLASSES
     begin: float  # progress starts here (later than the allocation while victims drain)
 
@@ -78,7 +79,7 @@ class SimView:
     cluster: ClusterState
     pending: np.ndarray  # rows queued, in submit order
     running: dict[int, RunningJob]
-    reservations: dict[int, Reservation]  # held for queued jobs, times in epoch seconds
+    reservations: dict[int, Reservation | Act]  # held for queued jobs, times in epoch seconds
 
     @property
     def now_ts(self) -> float:
@@ -87,7 +88,8 @@ class SimView:
 
 
 class PlanLike(Protocol):
-    """What the rules layer returns: ordered decisions (``SchedulePlan`` satisfies it)."""
+    """What the rules layer returns: ordered decisions (``SchedulePlan`` satisfies it). A plan that
+    also has ``acts`` (``predictor.policy.light_plan.LightPlan``) is carried out from those instead."""
 
     decisions: Sequence[Decision]
 
@@ -102,8 +104,9 @@ class RulesLayer(Protocol):
 
     def team_shares(self) -> dict[str, float]: ...
 
-    def job_started(self, j: int, decision: Decision) -> None:
-        """Job row ``j`` was started (or will start after a grace period) as ``decision`` said."""
+    def job_started(self, j: int, decision: Decision | Act) -> None:
+        """Job row ``j`` was started (or will start after a grace period) as ``decision`` said (a
+        Decision, or a light plan's Act: both carry ``priority``)."""
 
     def job_stopped(self, j: int, begin_s: float, end_s: float, progress: JobProgress) -> None:
         """A run of job row ``j`` from ``begin_s`` ended at ``end_s`` (finished, evicted or crashed);
@@ -141,7 +144,7 @@ class Replay:
         self._pending_rows: np.ndarray | None = None  # self.pending as an array, None when stale
         self._shapes: dict[tuple[int, int], int] = {}  # (gpu_milli, num_gpus) -> queued jobs of that shape
         self.running: dict[int, RunningJob] = {}
-        self.reservations: dict[int, Reservation] = {}
+        self.reservations: dict[int, Reservation | Act] = {}
         self.arrivals_left = len(jobs)
         self._batch: list = []
         self._dirty = False
@@ -283,55 +286,98 @@ class Replay:
             del self._shapes[shape]
 
     def _place(self, plan: PlanLike, now: float) -> None:
-        for d in plan.decisions:
-            j = self.row_of.get(d.job_id)
-            if j is None:
-                raise PlanError(f"decision for unknown job {d.job_id!r}")
+        acts = getattr(plan, "acts", None)
+        if acts is not None:
+            self._act(acts, now)
+        else:
+            self._carry_out(plan.decisions, now)
+        self._revisit(getattr(plan, "revisit_at_ts", None), now)
+
+    def _act(self, acts: Sequence[Act], now: float) -> None:
+        """Carry out a light plan (``predictor.policy.light_plan``): the same steps as for Decisions,
+        with the GPUs given as global indices."""
+        for a in acts:
+            j = self._queued_row(a.job_id, a.action)
+            if a.action == "start":
+                self._start(j, a.gpus, a.placement_class, a, now, now)
+            elif a.action == "preempt":
+                for victim in a.victim_ids:
+                    self._evict(victim, now)
+                self._start(j, a.gpus, a.placement_class, a, now, now + max(a.grace_s, 0.0))
+            elif a.action == "reserve":
+                self._hold(j, a)
+            elif a.action == "reject":
+                self._reject(j, a.reason, now)
+            else:
+                raise PlanError(f"unknown action {a.action!r} for job {a.job_id}")
+
+    def _carry_out(self, decisions: Sequence[Decision], now: float) -> None:
+        for d in decisions:
             if d.action == "wait":
+                if d.job_id not in self.row_of:
+                    raise PlanError(f"decision for unknown job {d.job_id!r}")
                 continue
-            if j not in self.pending:
-                raise PlanError(f"decision {d.action!r} for job {d.job_id} which is not queued")
+            j = self._queued_row(d.job_id, d.action)
             if d.action == "start":
-                self._start(j, d, now, now)
+                self._start_on(j, d, now, now)
             elif d.action == "preempt":
                 if d.eviction is None:
                     raise PlanError(f"preempt decision for {d.job_id} has no eviction plan")
                 for victim in d.eviction.victims:
                     self._evict(victim.job_id, now)
-                self._start(j, d, now, now + max(d.eviction.grace_s, 0.0))
+                self._start_on(j, d, now, now + max(d.eviction.grace_s, 0.0))
             elif d.action == "reserve":
-                res = d.reservation
-                if res is None:
+                if d.reservation is None:
                     raise PlanError(f"reserve decision for {d.job_id} has no reservation")
-                if j not in self.reservations:
-                    self.recorder.reservations_made += 1
-                self.reservations[j] = res
+                self._hold(j, d.reservation)
             elif d.action == "reject":
-                self._unqueue(j)
-                self.reservations.pop(j, None)
-                self.progress.reject(j, now)
-                self.recorder.rejected_by_rules[j] = d.reason or "rejected by the rules layer"
-                self._finished += 1
+                self._reject(j, d.reason, now)
             else:
                 raise PlanError(f"unknown action {d.action!r} for job {d.job_id}")
-        self._revisit(getattr(plan, "revisit_at_ts", None), now)
+
+    def _queued_row(self, job_id: str, action: str) -> int:
+        j = self.row_of.get(job_id)
+        if j is None:
+            raise PlanError(f"decision for unknown job {job_id!r}")
+        if j not in self.pending:
+            raise PlanError(f"decision {action!r} for job {job_id} which is not queued")
+        return j
+
+    def _hold(self, j: int, reservation: object) -> None:
+        if j not in self.reservations:
+            self.recorder.reservations_made += 1
+        self.reservations[j] = reservation
+
+    def _reject(self, j: int, reason: str, now: float) -> None:
+        self._unqueue(j)
+        self.reservations.pop(j, None)
+        self.progress.reject(j, now)
+        self.recorder.rejected_by_rules[j] = reason or "rejected by the rules layer"
+        self._finished += 1
 
     # -- acting ----------------------------------------------------------------------------------
-    def _start(self, j: int, d: Decision, now: float, begin: float) -> None:
+    def _start_on(self, j: int, d: Decision, now: float, begin: float) -> None:
         placement = _need(d.placement, d)
-        milli = int(self.jobs.gpu_milli[j])
         if placement.num_gpus != self.jobs.num_gpus[j]:
             raise PlanError(f"job {self.jobs.job_ids[j]} needs {self.jobs.num_gpus[j]} GPUs, placement has {placement.num_gpus}")
-        gpus = self.cluster.gpus_for(placement, milli)
+        gpus = self.cluster.gpus_for(placement, int(self.jobs.gpu_milli[j]))
+        self._start(j, gpus, self.jobs.class_index(placement.placement_class), d, now, begin, placement)
+
+    def _start(self, j: int, gpus: np.ndarray | None, k: int, decision: Decision | Act, now: float, begin: float,
+               placement: Placement | None = None) -> None:
+        """Start job ``j`` on global GPUs ``gpus`` in placement class ``k`` (its progress from ``begin``)."""
+        if gpus is None or len(gpus) != self.jobs.num_gpus[j]:
+            raise PlanError(f"job {self.jobs.job_ids[j]} needs {self.jobs.num_gpus[j]} GPUs, the plan gives "
+                            f"{0 if gpus is None else len(gpus)}")
+        milli = int(self.jobs.gpu_milli[j])
         slots = self.cluster.allocate(gpus, milli, j)
         self._unqueue(j)
         if self.reservations.pop(j, None) is not None:
             self.recorder.reservation_starts += 1
-        k = self.jobs.class_index(placement.placement_class)
         wall = self.progress.start(j, begin, float(self.jobs.slowdown[j, k]), k)
         self.running[j] = RunningJob(gpus=gpus, slots=slots, milli=milli, placement=placement, placement_class=k,
                                      begin=begin)
-        self.rules.job_started(j, d)
+        self.rules.job_started(j, decision)
         self._schedule_end(j, gpus, milli, begin, wall, now)
 
     def _schedule_end(self, j: int, gpus: np.ndarray, milli: int, begin: float, wall: float, now: float) -> None:

@@ -24,14 +24,15 @@ import pandas as pd
 
 from predictor.capacity.inventory import Inventory
 from predictor.capacity.layout import ClusterLayout
+from predictor.capacity.sizing import SizingOutcome
 from predictor.policy import intake
 from predictor.policy.config import PolicyConfig
 from predictor.policy.decision import Decision
+from predictor.policy.incremental import IncrementalScheduler, JobSizing
 from predictor.policy.intake import Names, Vocabulary
 from predictor.policy.ledger import FairShareLedger
-from predictor.policy.plan import SchedulePlan
+from predictor.policy.light_plan import Act, LightPlan
 from predictor.policy.presets import load_policy as _load_policy
-from predictor.policy.scheduler import decide
 from predictor.policy.snapshot import ClusterSnapshot, PendingJobs, RunningJobs
 from predictor.sim.predictions import PredictionTable
 from predictor.sim.progress import JobProgress
@@ -63,9 +64,16 @@ class ReplayPlan:
     """A rules-layer plan with an earlier revisit: the next instant a running job passes its predicted
     end, when the rules layer's picture changes without an event (``decide`` does not name it)."""
 
-    plan: SchedulePlan
-    decisions: tuple[Decision, ...]
+    plan: LightPlan
     revisit_at_ts: float
+
+    @property
+    def acts(self) -> tuple[Act, ...]:
+        return self.plan.acts
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        return self.plan.decisions
 
 
 class PolicyRules:
@@ -121,10 +129,14 @@ class PolicyRules:
         self.peak_upper = predictions.peak_vram_upper_mib.copy()
         self.half_life_s = float(policy.factors.fairshare.half_life_s)
         self.ledger = FairShareLedger(self.half_life_s)
+        self.scheduler = IncrementalScheduler(policy)
+        # every job's sizing (flavor from memory), once; a row again when a crash teaches its memory
+        self.sizing = JobSizing(self.layout, policy.sizing, num_gpus=jobs.num_gpus, gpu_milli=jobs.gpu_milli,
+                                peak_upper_mib=self.peak_upper, requested_types=self.requested)
         # parts of the last snapshot reused while what they were built from is unchanged: the pending
         # columns (same queued rows, none of them stopped since) and the running jobs' static columns
         # (same cluster version: no allocation or release since)
-        self._pending_cache: tuple[JobProgress, np.ndarray, PendingJobs] | None = None
+        self._pending_cache: tuple[JobProgress, np.ndarray, PendingJobs, SizingOutcome] | None = None
         self._running_cache: tuple[object, int, dict] | None = None
 
     # -- replay hooks ------------------------------------------------------------------------------
@@ -151,17 +163,19 @@ class PolicyRules:
                 mine[j] = max(theirs[j] - kept, 1.0) if np.isfinite(theirs[j]) else theirs[j]
         if progress.memory_known[j]:
             self.peak_upper[j] = self.jobs.peak_vram_mib[j]
+            self.sizing.update(j, peak_upper_mib=float(self.peak_upper[j]))
 
     # -- one cycle -------------------------------------------------------------------------------
-    def plan(self, view: SimView) -> SchedulePlan | ReplayPlan:
-        """``decide`` on the replay's snapshot; the revisit also names the next running job's predicted
-        end (see :class:`ReplayPlan`)."""
+    def plan(self, view: SimView) -> LightPlan | ReplayPlan:
+        """``decide`` on the replay's snapshot, as the light plan of the incremental scheduler (the acts
+        of ``decide``; job keys are trace rows); the revisit also names the next running job's
+        predicted end (see :class:`ReplayPlan`)."""
         snap = self.snapshot(view)
-        # the replay acts on decisions and never shows them: no readable sentences (same decisions)
-        plan = decide(snap, self.policy, explain=False)
+        # the replay acts on the plan and never shows it: acts, no Decisions (``plan.full()`` writes them)
+        plan = self.scheduler.plan(snap, sizing=self._pending_cache[3])
         turn = self._next_predicted_end(snap)
         if turn is not None and (plan.revisit_at_ts is None or turn < plan.revisit_at_ts):
-            return ReplayPlan(plan=plan, decisions=plan.decisions, revisit_at_ts=turn)
+            return ReplayPlan(plan=plan, revisit_at_ts=turn)
         return plan
 
     def _next_predicted_end(self, snap: ClusterSnapshot) -> float | None:
@@ -184,7 +198,7 @@ class PolicyRules:
         return ClusterSnapshot(now=now_ts, layout=self.layout, pending=self._pending(view),
                                running=self._running(view, rows, offsets, gpus), teams=self.teams,
                                tiers=self.tiers, queues=self.queues, team_usage_gpu_s=self._usage(view, now_ts, rows),
-                               free_milli=view.cluster.free_milli)
+                               free_milli=view.cluster.free_milli.copy())  # frozen: the plan may be written later
 
     def _pending(self, view: SimView) -> PendingJobs:
         rows = view.pending
@@ -207,7 +221,7 @@ class PolicyRules:
         for v in vars(out).values():  # shared by the snapshots of later cycles: nobody may modify them
             if isinstance(v, np.ndarray):
                 v.flags.writeable = False
-        self._pending_cache = (view.progress, rows, out)
+        self._pending_cache = (view.progress, rows, out, self.sizing.take(rows))
         return out
 
     def _running(self, view: SimView, rows: np.ndarray, offsets: np.ndarray, gpus: np.ndarray) -> RunningJobs:

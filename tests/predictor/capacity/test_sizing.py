@@ -62,3 +62,26 @@ def test_vectorised_sizing_matches_single():
     singles = [size_request(LAY, CFG, num_gpus=1, peak_upper_mib=None if np.isnan(p) else p).flavor for p in peaks]
     assert [LAY.gpu_types[k] for k in out.flavor] == singles
     assert out.need_mib[1] == pytest.approx(10_000 * 1.1 + 1024)
+
+
+def test_job_sizing_kept_per_row_equals_sizing_the_rows():
+    from predictor.policy.incremental import JobSizing
+
+    rng = np.random.default_rng(3)
+    n = 200
+    num = rng.choice([1, 2, 4, 8], n)
+    milli = rng.choice([1000, 1000, 500, 250], n)
+    peak = np.where(rng.random(n) < 0.3, np.nan, rng.uniform(1000, 120_000, n))
+    req = rng.random((n, LAY.n_types)) < 0.7
+    kept = JobSizing(LAY, CFG, num_gpus=num, gpu_milli=milli, peak_upper_mib=peak, requested_types=req)
+    peak = peak.copy()
+    for j in (5, 17, 150):  # memory learnt from a crash
+        peak[j] = 70_000.0
+        kept.update(j, peak_upper_mib=70_000.0)
+    rows = rng.permutation(n)[:77]
+    want = size_jobs(LAY, CFG, num_gpus=num[rows], gpu_milli=milli[rows], peak_upper_mib=peak[rows],
+                     requested_types=req[rows])
+    got = kept.take(rows)
+    for name in ("allowed", "flavor", "too_small", "wasteful", "fits_nowhere", "requested_missing"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    assert np.array_equal(got.need_mib, want.need_mib, equal_nan=True)

@@ -1,0 +1,125 @@
+"""The scheduler that keeps what it may between cycles: ``IncrementalScheduler``.
+
+Same input as ``decide()`` (a :class:`~predictor.policy.snapshot.ClusterSnapshot`), same decisions:
+a caller deciding again and again on a slowly changing cluster (the replay; the service's queue)
+keeps one and calls :meth:`IncrementalScheduler.plan` each cycle. What it keeps, and why the result
+equals a full ``decide()``:
+
+*Sizing, per job* (:class:`JobSizing`). Sizing a job (``capacity.sizing.size_jobs``) is a function
+of that job's row alone (GPU count, share, predicted peak memory, requested types) given the layout
+and the policy's ``sizing`` section. The caller sizes its whole job table once (the replay: the
+trace, at the start), sizes a row again when its inputs change (memory learnt from a crash) and
+passes the queued rows' sizing each cycle: ``size_jobs`` on the snapshot, row for row.
+
+*Gang searches and free maxima* (``capacity.placement.GangMemo``). ``find_gang`` is a pure function of
+the usable mask, the gang size, the class limit and the strategy (and, for one GPU share, the free
+shares of the usable GPUs); the memo answers a search asked again on an unchanged capacity picture
+(cycle after cycle while nothing started or ended) with the first answer. ``best_class_now``'s free
+maxima per type and class, a function of the free shares, are kept the same way.
+
+*The thin walk* (``Admission(thin_after=THIN_AFTER)``). Once only starts and preemptions are left in a
+cycle, a job that fits in no count of free GPUs (an over-estimate; capacity only shrinks during the
+walk) and may not preempt is passed over by the full walk; the thin walk jumps over such jobs at once
+and, when it switches to the starts-only walk, starts that from the job after the last one walked,
+as the full walk would.
+
+*No Decisions unless asked.* The cycle's outcomes become :class:`~predictor.policy.light_plan.Act`
+records (GPUs, class, times, victims, priority); ``LightPlan.full()`` writes the SchedulePlan of a
+full ``decide()`` on the same snapshot when a caller wants Decisions.
+
+Everything else (ordering, starvation guard, admission walk, reservations, preemption) runs as in
+``decide()`` on this cycle's snapshot: the order of ``ours`` moves with fair-share usage (open runs
+are charged continuously), free capacity (topology factor) and time, so it is recomputed each cycle.
+
+How the engine adopts it: hold one ``IncrementalScheduler`` per policy next to its queue picture,
+size each job once when it enters the queue (a ``JobSizing`` over its table; or pass no sizing:
+it is then computed in full, still correct), and
+call ``plan(...).full()`` where it needs Decisions (``/v1/jobs`` answers), ``plan(...).acts`` where it
+only acts (``sync``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from predictor.capacity.layout import ClusterLayout
+from predictor.capacity.placement import GangMemo
+from predictor.capacity.sizing import SizingConfig, SizingOutcome, size_jobs
+from predictor.policy.config import PolicyConfig
+from predictor.policy.light_plan import LightPlan, light_plan
+from predictor.policy.scheduler import run_cycle
+from predictor.policy.snapshot import ClusterSnapshot
+
+__all__ = ["IncrementalScheduler", "JobSizing", "THIN_AFTER"]
+
+#: Walk only the jobs that may still act once only starts and preemptions are left (``Admission``),
+#: when more than this many jobs remain.
+THIN_AFTER = 64
+
+_COLS = ("allowed", "flavor", "need_mib", "too_small", "wasteful", "fits_nowhere", "requested_missing")
+
+
+class JobSizing:
+    """Sizing of a table of jobs (the replay's trace, a service's queue), kept row by row.
+
+    ``size_jobs`` is a function of each job's row alone, so the rows of one call on the whole table
+    equal a call on any subset of them: :meth:`take` gathers the queued rows' sizing instead of
+    sizing them again each cycle. :meth:`update` sizes a row again when its inputs change (memory
+    learnt from a crash).
+    """
+
+    def __init__(self, layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray, gpu_milli: np.ndarray,
+                 peak_upper_mib: np.ndarray, requested_types: np.ndarray | None) -> None:
+        self.layout, self.cfg = layout, cfg
+        self.num_gpus = np.asarray(num_gpus, dtype=np.int64)
+        self.gpu_milli = np.asarray(gpu_milli, dtype=np.int64)
+        self.peak = np.array(peak_upper_mib, dtype=np.float64, copy=True)
+        self.requested = requested_types
+        self._all = self._size(slice(None))
+        self._cols = {name: np.array(getattr(self._all, name), copy=True) for name in _COLS}
+
+    def _size(self, rows) -> SizingOutcome:
+        req = None if self.requested is None else self.requested[rows]
+        return size_jobs(self.layout, self.cfg, num_gpus=self.num_gpus[rows], gpu_milli=self.gpu_milli[rows],
+                         peak_upper_mib=self.peak[rows], requested_types=req)
+
+    def update(self, row: int, *, peak_upper_mib: float) -> None:
+        """Job ``row``'s predicted peak memory is now ``peak_upper_mib``: size it again."""
+        same = self.peak[row] == peak_upper_mib or (np.isnan(self.peak[row]) and np.isnan(peak_upper_mib))
+        if same:
+            return
+        self.peak[row] = peak_upper_mib
+        fresh = self._size(np.array([row]))
+        for name in _COLS:
+            self._cols[name][row] = getattr(fresh, name)[0]
+
+    def take(self, rows: np.ndarray) -> SizingOutcome:
+        """``size_jobs`` of the jobs ``rows``, in that order."""
+        return SizingOutcome(**{name: col[rows] for name, col in self._cols.items()})
+
+
+class IncrementalScheduler:
+    """``decide()`` for one policy, called cycle after cycle (see the module docstring).
+
+    Parameters
+    ----------
+    policy : PolicyConfig
+    """
+
+    def __init__(self, policy: PolicyConfig, *, thin_after: int | None = THIN_AFTER) -> None:
+        self.policy = policy
+        self.thin_after = thin_after
+        self.gang_memo: GangMemo | None = None
+
+    def plan(self, snapshot: ClusterSnapshot, *, sizing: SizingOutcome | None = None,
+             explain: bool = False) -> LightPlan:
+        """One cycle on ``snapshot``: the acts of ``decide(snapshot, policy)``.
+
+        ``sizing``: the pending rows' sizing when the caller keeps it (:meth:`JobSizing.take`); it must
+        equal ``size_jobs`` on the snapshot. ``explain`` is what ``LightPlan.full()`` writes.
+        """
+        memo = self.gang_memo
+        if memo is None or memo.layout is not snapshot.layout:
+            memo = self.gang_memo = GangMemo(snapshot.layout)
+        return light_plan(run_cycle(snapshot, self.policy, sizing, memo, self.thin_after), self.policy,
+                          explain=explain)
