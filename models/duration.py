@@ -40,13 +40,17 @@ import lightgbm as lgb
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from models.lgbm import BoosterParams, predict_booster, train_booster
+from models.duration_anchor import AnchoredDesign, choose_anchor
+from models.duration_segments import SegmentPlan, conformal_shift, segment_ids
+from models.lgbm import BoosterParams, predict_booster, train_booster, welsch_objective
 
 __all__ = ["QUANTILES", "CENSORED_DRAWS", "DurationEstimator", "impute_censored"]
 
 QUANTILES: tuple[float, float, float] = (0.1, 0.5, 0.9)
 CENSORED_DRAWS = 3
 _SPAN = 2.0 * 1.2815515655446004  # z(0.9) - z(0.1)
+#: Scale (log units) of the Welsch loss of the mode-seeking point booster: about a factor of 2.
+MODE_SCALE = 1.0
 
 
 def impute_censored(log_bound: np.ndarray, log_quantiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -154,6 +158,7 @@ class DurationEstimator:
         feature_names: list[str] | None = None,
         categorical: list[int] | None = None,
         sample_weight: np.ndarray | None = None,
+        global_median_s: float | None = None,
     ) -> DurationEstimator:
         """Fit on (``X``, ``log_duration``); calibrate on the ``*_cal`` slice when given.
 
@@ -167,37 +172,117 @@ class DurationEstimator:
             A later time slice for conformal calibration (same layout).
         sample_weight : ndarray of shape (n,), optional
             Row weights for the training rows (calibration rows weigh 1 in a refit).
+        global_median_s : float, optional
+            The training jobs' median run time. With ``feature_names`` holding the baseline columns
+            (``models.duration_anchor``) it turns on the anchored model and the per-segment choices
+            (``models.duration_segments``); without, plain quantile boosters with one CQR shift pair.
         """
         cats = categorical or []
         weight = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, dtype=float)
-        self.boosters_ = self._fit_censored(X, log_duration, censored, weight, feature_names, cats)
+        self.design_: AnchoredDesign | None = None
+        self.plan_: SegmentPlan | None = None
+        self.anchor_errors_: dict[str, float] = {}
+        names = feature_names
+        if feature_names is not None and global_median_s is not None and "user_n" in feature_names:
+            self.design_, self.anchor_errors_ = choose_anchor(
+                X, log_duration, ~censored, tuple(feature_names), float(np.log(max(global_median_s, 1.0))))
+            names = self.design_.design_names()
+            exact = ~censored
+            absolute = log_duration[exact] + self.design_.offset(X[exact])
+            self.log_global_range_ = tuple(np.quantile(absolute, (0.1, 0.9))) if exact.any() else (0.0, 0.0)
+        self.empirical_shift_ = 0.0
+        Xd, y = self._design(X), log_duration - self._anchor(X)
+        self.boosters_ = self._fit_censored(Xd, y, censored, weight, names, cats)
+        self.mode_booster_: lgb.Booster | None = None
+        if self.design_ is not None and (~censored).sum() >= 20:
+            keep = np.flatnonzero(~censored)[-self.max_rows:]
+            mode_params = replace(self.params, n_estimators=2 * self.params.n_estimators,
+                                  num_leaves=2 * self.params.num_leaves + 1,
+                                  min_child_samples=max(20, self.params.min_child_samples // 2))
+            self.mode_booster_ = train_booster(Xd[keep], y[keep], mode_params, welsch_objective(MODE_SCALE),
+                                               weight=weight[keep], feature_names=names, categorical=cats)
         self.shift_lo_, self.shift_hi_, self.n_calibration_ = 0.0, 0.0, 0
         if X_cal is not None and log_duration_cal is not None and len(X_cal):
             cens_cal = np.zeros(len(X_cal), bool) if censored_cal is None else censored_cal
             exact = ~cens_cal
-            q = self._raw_predict(self.boosters_, X_cal[exact])
-            y = log_duration_cal[exact]
-            n = len(y)
-            if n >= 10:
-                level = min(1.0, (1.0 - (1.0 - self.coverage) / 2.0) * (1.0 + 1.0 / n))
-                self.shift_lo_ = float(np.quantile(q[:, 0] - y, level))
-                self.shift_hi_ = float(np.quantile(y - q[:, 2], level))
-                self.n_calibration_ = n
+            if int(exact.sum()) >= 10:
+                self._calibrate(X_cal[exact], log_duration_cal[exact])
             if self.refit_on_calibration:
                 self.boosters_ = self._fit_censored(
-                    np.vstack([X, X_cal]), np.r_[log_duration, log_duration_cal], np.r_[censored, cens_cal],
-                    np.r_[weight, np.ones(len(X_cal))], feature_names, cats, start=self.boosters_,
-                    rounds=min(1, self.censoring_rounds),
+                    np.vstack([Xd, self._design(X_cal)]), np.r_[y, log_duration_cal - self._anchor(X_cal)],
+                    np.r_[censored, cens_cal], np.r_[weight, np.ones(len(X_cal))], names, cats,
+                    start=self.boosters_, rounds=min(1, self.censoring_rounds),
                 )
         return self
 
+    def _design(self, X: np.ndarray) -> np.ndarray:
+        return X if self.design_ is None else self.design_.design(X)
+
+    def _anchor(self, X: np.ndarray) -> np.ndarray:
+        return np.zeros(len(X)) if self.design_ is None else self.design_.anchor(X)
+
+    def _model_quantiles(self, X: np.ndarray) -> np.ndarray:
+        """The boosters' quantiles in target space (anchor added), before calibration."""
+        return self._raw_predict(self.boosters_, self._design(X)) + self._anchor(X)[:, None]
+
+    def _segment_inputs(self, X: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+        """Segment ids, baselines and the user's empirical interval (target space) for ``X``."""
+        d = self.design_
+        assert d is not None
+        names = d.names
+        seg = segment_ids(X[:, names.index("user_n")], X[:, names.index("has_time_limit")] > 0
+                          if "has_time_limit" in names else np.zeros(len(X), bool))
+        empirical = self._empirical(X)
+        candidates = d.baselines(X)
+        if self.mode_booster_ is not None:
+            candidates["model_mode"] = predict_booster(self.mode_booster_, self._design(X)) + self._anchor(X)
+        return seg, candidates, empirical
+
+    def _empirical(self, X: np.ndarray) -> np.ndarray:
+        """The user's empirical 10-90 % interval of their latest runs (target space), shape (n, 2).
+
+        A user without runs in the window gets the training period's 10-90 % range of all jobs.
+        """
+        d = self.design_
+        assert d is not None
+        out = np.empty((len(X), 2))
+        for j, col in enumerate(("user_recent_q10_logd", "user_recent_q90_logd")):
+            v = X[:, d.names.index(col)].astype(np.float64) if col in d.names else np.full(len(X), np.nan)
+            out[:, j] = np.where(np.isfinite(v), v, self.log_global_range_[j]) - d.offset(X)
+        return out
+
+    def empirical_interval_log(self, X: np.ndarray) -> np.ndarray:
+        """The per-user empirical interval baseline, conformalised on the calibration slice as a whole
+        (one shift), in the target space of ``predict_log``: shape (n, 2). NaN without the anchored model."""
+        if self.design_ is None:
+            return np.full((len(X), 2), np.nan)
+        emp = self._empirical(X)
+        return np.column_stack([emp[:, 0] - self.empirical_shift_, emp[:, 1] + self.empirical_shift_])
+
+    def _calibrate(self, X: np.ndarray, y: np.ndarray) -> None:
+        q = self._model_quantiles(X)
+        self.n_calibration_ = len(y)
+        if self.design_ is None:  # asymmetric CQR, one shift per side at level 1 - alpha / 2
+            level = min(1.0, (1.0 - (1.0 - self.coverage) / 2.0) * (1.0 + 1.0 / len(y)))
+            self.shift_lo_ = float(np.quantile(q[:, 0] - y, level))
+            self.shift_hi_ = float(np.quantile(y - q[:, 2], level))
+            return
+        seg, baselines, empirical = self._segment_inputs(X)
+        self.plan_ = SegmentPlan(coverage=self.coverage).fit(seg, y, q, baselines, empirical)
+        self.empirical_shift_ = conformal_shift(empirical[:, 0], empirical[:, 1], y, self.coverage)
+        self.shift_lo_ = self.shift_hi_ = conformal_shift(q[:, 0], q[:, 2], y, self.coverage)
+
     def predict_log(self, X: np.ndarray) -> np.ndarray:
         """Calibrated, non-crossing log-duration quantiles, shape (n, 3)."""
-        q = self._raw_predict(self.boosters_, X)
+        q = self._model_quantiles(X)
+        if self.plan_ is not None:
+            seg, baselines, empirical = self._segment_inputs(X)
+            return self.plan_.apply(seg, q, baselines, empirical)
         q[:, 0] -= self.shift_lo_
         q[:, 2] += self.shift_hi_
         return np.sort(q, axis=1)
 
     def feature_importance(self) -> np.ndarray:
-        """Total gain per feature of the p50 booster."""
-        return self.boosters_[1].feature_importance(importance_type="gain")
+        """Total gain per input feature of the p50 booster (the anchor-relative columns not included)."""
+        gain = self.boosters_[1].feature_importance(importance_type="gain")
+        return gain if self.design_ is None else gain[: len(self.design_.names)]
