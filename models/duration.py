@@ -40,8 +40,8 @@ import lightgbm as lgb
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from models.duration_anchor import AnchoredDesign, choose_anchor
-from models.duration_segments import SegmentPlan, conformal_shift, segment_ids
+from models.duration_anchor import ANCHOR_CHAINS, BASELINE_COLUMNS, AnchoredDesign, choose_anchor
+from models.duration_segments import SegmentPlan, conformal_shift, point_score, segment_ids
 from models.lgbm import BoosterParams, predict_booster, train_booster, welsch_objective
 
 __all__ = ["QUANTILES", "CENSORED_DRAWS", "DurationEstimator", "impute_censored"]
@@ -184,8 +184,13 @@ class DurationEstimator:
         self.anchor_errors_: dict[str, float] = {}
         names = feature_names
         if feature_names is not None and global_median_s is not None and "user_n" in feature_names:
-            self.design_, self.anchor_errors_ = choose_anchor(
-                X, log_duration, ~censored, tuple(feature_names), float(np.log(max(global_median_s, 1.0))))
+            log_gm = float(np.log(max(global_median_s, 1.0)))
+            self.design_, self.anchor_errors_ = choose_anchor(X, log_duration, ~censored, tuple(feature_names), log_gm)
+            if X_cal is not None and log_duration_cal is not None:
+                exact_cal = np.ones(len(X_cal), bool) if censored_cal is None else ~censored_cal
+                if exact_cal.sum() >= 10:
+                    self._anchor_on_calibration(X[~censored], log_duration[~censored], weight[~censored],
+                                                X_cal[exact_cal], log_duration_cal[exact_cal], cats)
             names = self.design_.design_names()
             exact = ~censored
             absolute = log_duration[exact] + self.design_.offset(X[exact])
@@ -214,6 +219,26 @@ class DurationEstimator:
                     start=self.boosters_, rounds=min(1, self.censoring_rounds),
                 )
         return self
+
+    def _anchor_on_calibration(self, X, y, w, X_cal, y_cal, cats) -> None:  # noqa: ANN001
+        """Keep the anchor chain whose quick median booster scores best (``point_score``) on the slice."""
+        base = self.design_
+        assert base is not None
+        quick = replace(self.params, n_estimators=max(20, self.params.n_estimators // 4),
+                        learning_rate=min(0.3, 2.0 * self.params.learning_rate))
+        keep = slice(max(0, len(X) - self.max_rows), len(X))
+        X, y, w = X[keep], y[keep], w[keep]
+        scores = {}
+        for label, chain in ANCHOR_CHAINS.items():
+            if any(BASELINE_COLUMNS[c] not in base.names for c in chain):
+                continue
+            d = AnchoredDesign(base.names, base.log_global_median, chain)
+            booster = train_booster(d.design(X), y - d.anchor(X), quick, "quantile", alpha=0.5, weight=w,
+                                    feature_names=d.design_names(), categorical=cats)
+            scores[label] = point_score(predict_booster(booster, d.design(X_cal)) + d.anchor(X_cal), y_cal)
+        best = min(scores, key=scores.get)
+        self.design_ = AnchoredDesign(base.names, base.log_global_median, ANCHOR_CHAINS[best])
+        self.anchor_errors_ = {f"calibration_score/{k}": v for k, v in scores.items()}
 
     def _design(self, X: np.ndarray) -> np.ndarray:
         return X if self.design_ is None else self.design_.design(X)
