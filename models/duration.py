@@ -97,6 +97,9 @@ class DurationEstimator:
         Refit on train + calibration after computing the conformal shifts (censored rows imputed
         once more by the calibrated-on model, no further rounds). Off by default: split conformal
         coverage holds exactly only for a model that never saw the calibration slice.
+    refit_points : bool, default True
+        With the anchored model: after the calibration slice has made its choices, refit the point
+        boosters (not the q10 / q90 ones) on train + calibration (``_refit_points``).
     max_rows : int, default 250_000
         Fit on at most this many of the most recent rows (long histories: recent behaviour matters
         most, and it bounds training time).
@@ -106,6 +109,7 @@ class DurationEstimator:
     coverage: float = 0.8
     censoring_rounds: int = 1
     refit_on_calibration: bool = False
+    refit_points: bool = True
     max_rows: int = 250_000
 
     def _fit_boosters(self, X: np.ndarray, y: np.ndarray, w: np.ndarray, names, cats, *,
@@ -200,18 +204,18 @@ class DurationEstimator:
         self.boosters_ = self._fit_censored(Xd, y, censored, weight, names, cats)
         self.mode_booster_: lgb.Booster | None = None
         if self.design_ is not None and (~censored).sum() >= 20:
-            keep = np.flatnonzero(~censored)[-self.max_rows:]
-            mode_params = replace(self.params, n_estimators=2 * self.params.n_estimators,
-                                  num_leaves=2 * self.params.num_leaves + 1,
-                                  min_child_samples=max(20, self.params.min_child_samples // 2))
-            self.mode_booster_ = train_booster(Xd[keep], y[keep], mode_params, welsch_objective(MODE_SCALE),
-                                               weight=weight[keep], feature_names=names, categorical=cats)
+            self.mode_booster_ = self._fit_mode(Xd[~censored], y[~censored], weight[~censored], names, cats)
         self.shift_lo_, self.shift_hi_, self.n_calibration_ = 0.0, 0.0, 0
         if X_cal is not None and log_duration_cal is not None and len(X_cal):
             cens_cal = np.zeros(len(X_cal), bool) if censored_cal is None else censored_cal
             exact = ~cens_cal
             if int(exact.sum()) >= 10:
                 self._calibrate(X_cal[exact], log_duration_cal[exact])
+                if self.refit_points and self.design_ is not None and not self.refit_on_calibration:
+                    self._refit_points(np.vstack([Xd[~censored], self._design(X_cal[exact])]),
+                                       np.r_[y[~censored], log_duration_cal[exact] - self._anchor(X_cal[exact])],
+                                       np.r_[weight[~censored], np.ones(int(exact.sum()))], names, cats,
+                                       median=not censored.any())
             if self.refit_on_calibration:
                 self.boosters_ = self._fit_censored(
                     np.vstack([Xd, self._design(X_cal)]), np.r_[y, log_duration_cal - self._anchor(X_cal)],
@@ -219,6 +223,28 @@ class DurationEstimator:
                     start=self.boosters_, rounds=min(1, self.censoring_rounds),
                 )
         return self
+
+    def _fit_mode(self, Xd, y, w, names, cats) -> lgb.Booster:  # noqa: ANN001
+        """The mode-seeking point booster (Welsch loss, twice the rounds and leaves) on complete runs."""
+        keep = slice(max(0, len(Xd) - self.max_rows), len(Xd))
+        mode_params = replace(self.params, n_estimators=2 * self.params.n_estimators,
+                              num_leaves=2 * self.params.num_leaves + 1,
+                              min_child_samples=max(20, self.params.min_child_samples // 2))
+        return train_booster(Xd[keep], y[keep], mode_params, welsch_objective(MODE_SCALE), weight=w[keep],
+                             feature_names=names, categorical=cats)
+
+    def _refit_points(self, Xd, y, w, names, cats, *, median: bool) -> None:  # noqa: ANN001
+        """Refit the point boosters (mode; median when no run is censored) on train + calibration.
+
+        The segment choices were made with the boosters that had not seen the slice; the refitted
+        ones know the most recent jobs. The q10 / q90 boosters are not refitted, so the interval's
+        split-conformal calibration stays valid.
+        """
+        self.mode_booster_ = self._fit_mode(Xd, y, w, names, cats)
+        if median:
+            keep = slice(max(0, len(Xd) - self.max_rows), len(Xd))
+            self.boosters_[1] = train_booster(Xd[keep], y[keep], self.params, "quantile", alpha=0.5, weight=w[keep],
+                                              feature_names=names, categorical=cats)
 
     def _anchor_on_calibration(self, X, y, w, X_cal, y_cal, cats) -> None:  # noqa: ANN001
         """Keep the anchor chain whose quick median booster scores best (``point_score``) on the slice."""
@@ -235,7 +261,8 @@ class DurationEstimator:
             d = AnchoredDesign(base.names, base.log_global_median, chain)
             booster = train_booster(d.design(X), y - d.anchor(X), quick, "quantile", alpha=0.5, weight=w,
                                     feature_names=d.design_names(), categorical=cats)
-            scores[label] = point_score(predict_booster(booster, d.design(X_cal)) + d.anchor(X_cal), y_cal)
+            scores[label] = point_score(predict_booster(booster, d.design(X_cal)) + d.anchor(X_cal), y_cal,
+                                        d.offset(X_cal))
         best = min(scores, key=scores.get)
         self.design_ = AnchoredDesign(base.names, base.log_global_median, ANCHOR_CHAINS[best])
         self.anchor_errors_ = {f"calibration_score/{k}": v for k, v in scores.items()}
@@ -255,8 +282,10 @@ class DurationEstimator:
         d = self.design_
         assert d is not None
         names = d.names
-        seg = segment_ids(X[:, names.index("user_n")], X[:, names.index("has_time_limit")] > 0
-                          if "has_time_limit" in names else np.zeros(len(X), bool))
+        has_limit = X[:, names.index("has_time_limit")] > 0 if "has_time_limit" in names else np.zeros(len(X), bool)
+        spread = (X[:, names.index("user_recent_q90_logd")] - X[:, names.index("user_recent_q10_logd")]
+                  if "user_recent_q90_logd" in names else None)
+        seg = segment_ids(X[:, names.index("user_n")], has_limit, spread)
         empirical = self._empirical(X)
         candidates = d.baselines(X)
         if self.mode_booster_ is not None:
@@ -293,7 +322,7 @@ class DurationEstimator:
             self.shift_hi_ = float(np.quantile(y - q[:, 2], level))
             return
         seg, baselines, empirical = self._segment_inputs(X)
-        self.plan_ = SegmentPlan(coverage=self.coverage).fit(seg, y, q, baselines, empirical)
+        self.plan_ = SegmentPlan(coverage=self.coverage).fit(seg, y, q, baselines, empirical, self.design_.offset(X))
         self.empirical_shift_ = conformal_shift(empirical[:, 0], empirical[:, 1], y, self.coverage)
         self.shift_lo_ = self.shift_hi_ = conformal_shift(q[:, 0], q[:, 2], y, self.coverage)
 

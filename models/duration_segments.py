@@ -1,16 +1,20 @@
 """Per-segment choices of the duration model, made on the calibration slice (the end of the training window).
 
 Segments (``segment_ids``): how much history the job's user has (ended jobs before its submit:
-0, 1-2, 3-9, 10-19, 20 or more; the count feature is capped at 20) times whether the job has a
-time limit. Ten segments at most; one with fewer than ``MIN_SEGMENT_ROWS`` calibration jobs takes
-the choice made on the whole slice.
+0, 1-2, 3-9, 10 or more), for users with 3 or more also how spread their latest runs are (the
+width of their empirical 10-90 % range in log units: under 0.7, 0.7-1.5, 1.5-3, 3 or more; a user
+who reruns the same job is another case than one whose jobs vary 100-fold), times whether the job
+has a time limit. A segment with fewer than ``MIN_SEGMENT_ROWS`` calibration jobs takes the choice
+made on the whole slice.
 
-Point (p50): in each segment the candidate with the lowest ``point_score`` on the calibration
-jobs is used: mean absolute log ratio plus the share of jobs off by more than 2x (the issue's two
-headline metrics, weighed equally); candidates are the model's median, its mode-seeking point
-(``models.duration``) and the baselines (``models.duration_anchor``). A model
-that loses to "the mean of the user's last two jobs" for users with a deep history is replaced by
-it there, and only there; a later period the model never saw decides, not the training fit.
+Point (p50): candidates are the model's median, its mode-seeking point (``models.duration``), every
+baseline (``models.duration_anchor``) and blends half-way (in log space) of the model's median and
+mode with the user's last-2. In each segment the candidate with the lowest ``point_score`` on the
+calibration jobs is used: the sum over the issue's three point metrics (mean |log ratio|, share
+off by more than 2x, median absolute error in seconds) of the candidate's value over the best
+baseline's value on the same jobs, i.e. how the candidate stands against the best baseline, which
+is how the model is judged. A model that loses to "the mean of the user's last two jobs" somewhere
+is replaced there, and only there; a later period the boosters never saw decides.
 
 Interval (p10-p90): split-conformal per segment (conformalised quantile regression, Romano,
 Patterson & Candes 2019, with the symmetric score ``max(lo - y, y - hi)``: exact coverage
@@ -26,24 +30,58 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["MIN_SEGMENT_ROWS", "DEPTH_EDGES", "SegmentPlan", "segment_ids", "conformal_shift", "point_score"]
+__all__ = ["MIN_SEGMENT_ROWS", "DEPTH_EDGES", "SPREAD_EDGES", "BASELINE_NAMES", "SegmentPlan", "segment_ids",
+           "conformal_shift", "point_score", "point_metrics_log", "with_blends"]
 
 MIN_SEGMENT_ROWS = 40
 #: Lower edges of the user-history-depth bins (ended jobs before submit).
-DEPTH_EDGES = (0, 1, 3, 10, 20)
+DEPTH_EDGES = (0, 1, 3, 10)
+#: Lower edges of the bins of the user's recent spread (log q90 - log q10 of the latest runs).
+SPREAD_EDGES = (0.0, 0.7, 1.5, 3.0)
+#: Candidates that are baselines (the rest are the model's own points and blends).
+BASELINE_NAMES = ("user_last2", "user_mean", "user_recent", "request_recent", "family_recent", "requested_time",
+                  "offset")
 _GLOBAL = -1
+_LOG2 = float(np.log(2.0)) + 1e-12
 
 
-def segment_ids(user_n: np.ndarray, has_limit: np.ndarray) -> np.ndarray:
-    """Segment of each job: depth bin * 2 + has time limit."""
+def segment_ids(user_n: np.ndarray, has_limit: np.ndarray, spread: np.ndarray | None = None) -> np.ndarray:
+    """Segment of each job: (depth bin, spread bin for depth >= 3) * 2 + has time limit."""
     depth = np.searchsorted(np.asarray(DEPTH_EDGES, float), np.nan_to_num(user_n, nan=0.0), side="right") - 1
-    return depth * 2 + np.asarray(has_limit, dtype=bool).astype(int)
+    if spread is None:
+        spread = np.full(len(depth), np.nan)
+    sbin = np.searchsorted(np.asarray(SPREAD_EDGES), np.nan_to_num(spread, nan=0.0), side="right") - 1
+    # depth 0 -> 0, 1-2 -> 1, 3-9 -> 2..5, 10+ -> 6..9
+    cell = np.where(depth < 2, depth, 2 + (depth - 2) * len(SPREAD_EDGES) + sbin)
+    return cell * 2 + np.asarray(has_limit, dtype=bool).astype(int)
 
 
-def point_score(pred: np.ndarray, y: np.ndarray) -> float:
-    """Mean |log ratio| + share outside 2x (lower is better), in log space."""
+def point_metrics_log(pred: np.ndarray, y: np.ndarray, offset: np.ndarray) -> tuple[float, float, float]:
+    """(mean |log ratio|, share outside 2x, median absolute error in seconds) in target space."""
     err = np.abs(pred - y)
-    return float(err.mean() + np.mean(err > np.log(2.0) + 1e-12))
+    seconds = np.abs(np.exp(np.maximum(pred + offset, 0.0)) - np.exp(np.maximum(y + offset, 0.0)))
+    return float(err.mean()), float(np.mean(err > _LOG2)), float(np.median(seconds))
+
+
+def point_score(pred: np.ndarray, y: np.ndarray, offset: np.ndarray | None = None,
+                reference: tuple[float, float, float] | None = None) -> float:
+    """How ``pred`` stands against ``reference`` (the best baseline's three metrics): the sum of the
+    three ratios, lower is better. Without a reference: mean |log ratio| + share outside 2x."""
+    off = np.zeros(len(y)) if offset is None else offset
+    m = point_metrics_log(pred, y, off)
+    if reference is None:
+        return m[0] + m[1]
+    return float(sum(v / max(r, 1e-9) for v, r in zip(m, reference, strict=True)))
+
+
+def with_blends(candidates: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The candidates plus half-way blends of the model's points with the user's last-2."""
+    out = dict(candidates)
+    if "user_last2" in candidates:
+        for own in ("model", "model_mode"):
+            if own in candidates:
+                out[f"{own}+user_last2"] = 0.5 * (candidates[own] + candidates["user_last2"])
+    return out
 
 
 def conformal_shift(lo: np.ndarray, hi: np.ndarray, y: np.ndarray, coverage: float) -> float:
@@ -69,14 +107,18 @@ class SegmentPlan:
     report: dict[int, dict] = field(default_factory=dict)
 
     def fit(self, seg: np.ndarray, y: np.ndarray, model_q: np.ndarray, baselines: dict[str, np.ndarray],
-            empirical: np.ndarray) -> SegmentPlan:
-        """Choose on calibration jobs (target space): ``model_q`` (n, 3), ``empirical`` (n, 2) NaN where unknown."""
-        candidates = {"model": model_q[:, 1], **baselines}
+            empirical: np.ndarray, offset: np.ndarray | None = None) -> SegmentPlan:
+        """Choose on calibration jobs (target space): ``model_q`` (n, 3), ``empirical`` (n, 2) NaN where
+        unknown, ``offset`` (n,) the log seconds the target space is relative to (for the median AE)."""
+        candidates = with_blends({"model": model_q[:, 1], **baselines})
+        offset = np.zeros(len(y)) if offset is None else offset
         for s in [_GLOBAL, *np.unique(seg).tolist()]:
             rows = np.ones(len(y), bool) if s == _GLOBAL else seg == s
             if s != _GLOBAL and rows.sum() < MIN_SEGMENT_ROWS:
                 continue
-            errors = {name: point_score(p[rows], y[rows]) for name, p in candidates.items()}
+            base = [point_metrics_log(p[rows], y[rows], offset[rows]) for n, p in candidates.items() if n in BASELINE_NAMES]
+            reference = (min(b[0] for b in base), min(b[1] for b in base), min(b[2] for b in base)) if base else None
+            errors = {name: point_score(p[rows], y[rows], offset[rows], reference) for name, p in candidates.items()}
             self.point[s] = min(errors, key=errors.get)
             options = {"model": (model_q[rows, 0], model_q[rows, 2])}
             if np.isfinite(empirical[rows]).all():
@@ -95,7 +137,7 @@ class SegmentPlan:
               empirical: np.ndarray) -> np.ndarray:
         """Quantiles (n, 3) in target space after the per-segment choices."""
         out = np.empty_like(model_q)
-        candidates = {"model": model_q[:, 1], **baselines}
+        candidates = with_blends({"model": model_q[:, 1], **baselines})
         known = np.isfinite(empirical).all(axis=1)
         for s in np.unique(seg).tolist():
             rows = seg == s

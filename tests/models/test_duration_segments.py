@@ -22,7 +22,9 @@ def test_conformal_shift_reaches_the_coverage_on_new_jobs() -> None:
 
 def test_segments_follow_history_depth_and_limits() -> None:
     seg = segment_ids(np.array([0, 1, 2, 3, 9, 10, 19, 20, np.nan]), np.array([0, 1, 0, 1, 0, 1, 0, 1, 0]))
-    assert seg.tolist() == [0, 3, 2, 5, 4, 7, 6, 9, 0]
+    assert seg.tolist() == [0, 3, 2, 5, 4, 13, 12, 13, 0]
+    spread = segment_ids(np.array([5, 5, 5, 5, 0]), np.zeros(5), np.array([0.1, 1.0, 2.0, 9.0, 9.0]))
+    assert spread.tolist() == [4, 6, 8, 10, 0]  # spread splits users with history only
 
 
 def test_plan_picks_the_better_candidate_per_segment_and_the_sharper_interval() -> None:
