@@ -5,15 +5,21 @@ Segments (``segment_ids``): how much history the job's user has (ended jobs befo
 width of their empirical 10-90 % range in log units: under 0.7, 0.7-1.5, 1.5-3, 3 or more; a user
 who reruns the same job is another case than one whose jobs vary 100-fold), times whether the job
 has a time limit. A segment with fewer than ``MIN_SEGMENT_ROWS`` calibration jobs takes the choice
-made on the whole slice.
+made on the whole slice, and a candidate must beat the model by ``SWITCH_MARGIN`` to replace it
+(noise in a few hundred jobs should not flip the answer).
 
-Point (p50): candidates are the model's median, its mode-seeking point (``models.duration``), every
-baseline (``models.duration_anchor``) and blends half-way (in log space) of the model's median and
-mode with the user's last-2. In each segment the candidate with the lowest ``point_score`` on the
-calibration jobs is used: the sum over the issue's three point metrics (mean |log ratio|, share
-off by more than 2x, median absolute error in seconds) of the candidate's value over the best
-baseline's value on the same jobs, i.e. how the candidate stands against the best baseline, which
-is how the model is judged. A model that loses to "the mean of the user's last two jobs" somewhere
+Point (p50): candidates are the model's mode-seeking point (``models.duration``; the median booster
+where there is none), every baseline (``models.duration_anchor``) and the half-way blend (in log
+space) of the model's point with the user's last-2. The median booster's answer is not a
+candidate: on HPC2N with one user dominating it scored best on the calibration slice and then
+0.25 within 2x on the later period (the user's last-2: 0.57, the mode point: 0.58), the failure
+the issue reports on a held-out log; the mode point, which moves its anchor only towards where
+most similar jobs are, held. In each segment the candidate with the lowest ``point_score`` on the
+calibration jobs is used: mean |log ratio| plus the share off by more than 2x (the issue's two
+log-scale metrics, weighed equally). The median absolute error in seconds is left out of the
+choice: it rewards answering short for everyone (on KTH without limits, scoring it as a ratio to
+the best baseline chose the global median for the most varied users, and within 2x fell from 0.48
+to 0.38). A model that loses to "the mean of the user's last two jobs" somewhere
 is replaced there, and only there; a later period the boosters never saw decides.
 
 Interval (p10-p90): split-conformal per segment (conformalised quantile regression, Romano,
@@ -30,10 +36,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["MIN_SEGMENT_ROWS", "DEPTH_EDGES", "SPREAD_EDGES", "BASELINE_NAMES", "SegmentPlan", "segment_ids",
+__all__ = ["MIN_SEGMENT_ROWS", "SWITCH_MARGIN", "DEPTH_EDGES", "SPREAD_EDGES", "BASELINE_NAMES", "SegmentPlan", "segment_ids",
            "conformal_shift", "point_score", "point_metrics_log", "with_blends"]
 
-MIN_SEGMENT_ROWS = 40
+MIN_SEGMENT_ROWS = 100
+#: A candidate other than the model's point must score this much lower to replace it in a segment.
+SWITCH_MARGIN = 0.02
 #: Lower edges of the user-history-depth bins (ended jobs before submit).
 DEPTH_EDGES = (0, 1, 3, 10)
 #: Lower edges of the bins of the user's recent spread (log q90 - log q10 of the latest runs).
@@ -74,13 +82,19 @@ def point_score(pred: np.ndarray, y: np.ndarray, offset: np.ndarray | None = Non
     return float(sum(v / max(r, 1e-9) for v, r in zip(m, reference, strict=True)))
 
 
+def _candidates(model_q: np.ndarray, baselines: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Point candidates: ``model`` (the mode-seeking point where there is one, else the median), the
+    baselines and the blends. The median itself is not a candidate where there is a mode point."""
+    own = dict(baselines)
+    point = own.pop("model_mode", model_q[:, 1])
+    return with_blends({"model": point, **own})
+
+
 def with_blends(candidates: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The candidates plus half-way blends of the model's points with the user's last-2."""
     out = dict(candidates)
     if "user_last2" in candidates:
-        for own in ("model", "model_mode"):
-            if own in candidates:
-                out[f"{own}+user_last2"] = 0.5 * (candidates[own] + candidates["user_last2"])
+        out["model+user_last2"] = 0.5 * (candidates["model"] + candidates["user_last2"])
     return out
 
 
@@ -110,16 +124,15 @@ class SegmentPlan:
             empirical: np.ndarray, offset: np.ndarray | None = None) -> SegmentPlan:
         """Choose on calibration jobs (target space): ``model_q`` (n, 3), ``empirical`` (n, 2) NaN where
         unknown, ``offset`` (n,) the log seconds the target space is relative to (for the median AE)."""
-        candidates = with_blends({"model": model_q[:, 1], **baselines})
+        candidates = _candidates(model_q, baselines)
         offset = np.zeros(len(y)) if offset is None else offset
         for s in [_GLOBAL, *np.unique(seg).tolist()]:
             rows = np.ones(len(y), bool) if s == _GLOBAL else seg == s
             if s != _GLOBAL and rows.sum() < MIN_SEGMENT_ROWS:
                 continue
-            base = [point_metrics_log(p[rows], y[rows], offset[rows]) for n, p in candidates.items() if n in BASELINE_NAMES]
-            reference = (min(b[0] for b in base), min(b[1] for b in base), min(b[2] for b in base)) if base else None
-            errors = {name: point_score(p[rows], y[rows], offset[rows], reference) for name, p in candidates.items()}
-            self.point[s] = min(errors, key=errors.get)
+            errors = {name: point_score(p[rows], y[rows]) for name, p in candidates.items()}
+            best = min(errors, key=errors.get)
+            self.point[s] = best if errors[best] < errors["model"] - SWITCH_MARGIN else "model"
             options = {"model": (model_q[rows, 0], model_q[rows, 2])}
             if np.isfinite(empirical[rows]).all():
                 options["empirical"] = (empirical[rows, 0], empirical[rows, 1])
@@ -137,7 +150,7 @@ class SegmentPlan:
               empirical: np.ndarray) -> np.ndarray:
         """Quantiles (n, 3) in target space after the per-segment choices."""
         out = np.empty_like(model_q)
-        candidates = with_blends({"model": model_q[:, 1], **baselines})
+        candidates = _candidates(model_q, baselines)
         known = np.isfinite(empirical).all(axis=1)
         for s in np.unique(seg).tolist():
             rows = seg == s
