@@ -242,7 +242,7 @@ def _booster_inputs(bundle, batch: pd.DataFrame) -> list[tuple[object, np.ndarra
     cap = np.array([bundle.gpu_memory_mib.get(t, np.nan) if isinstance(t, str) else np.nan
                     for t in cols.obj("gpu_type")], dtype=float)
     Z = memory_design(X, parts, cap)
-    pairs = [(b, X) for b in bundle.duration.boosters_]
+    pairs = bundle.duration.booster_inputs(X)
     pairs += [(b, Z) for b in (bundle.memory.median_booster_, bundle.memory.upper_booster_) if b is not None]
     if bundle.topology.booster_ is not None:
         pairs.append((bundle.topology.booster_, topology_design(cols)))

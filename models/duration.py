@@ -2,7 +2,13 @@
 
 Model
     Three LightGBM boosters with the pinball (quantile) loss on ``log(duration_s)`` at
-    ``QUANTILES`` = 0.1, 0.5, 0.9.
+    ``QUANTILES`` = 0.1, 0.5, 0.9. Given feature names with the history columns and the global
+    median (``models.fit`` passes both), the model is **anchored**: the boosters learn the residual
+    against a point-in-time baseline (``models.duration_anchor``: trees cannot extrapolate, the
+    anchor follows a user whose jobs leave the training range), a fourth booster with the Welsch
+    loss (``MODE_SCALE``) gives a mode-seeking point, and the calibration slice chooses per segment
+    the point (model or a baseline) and the interval (model or the user's empirical range), each
+    conformalised (``models.duration_segments``). Without them: the plain boosters, one CQR pair.
 
 Censored jobs (right-censoring: still running when the log ended)
     A censored job's observed run time ``L`` is a lower bound, so it is neither dropped (that biases
@@ -23,7 +29,7 @@ Non-crossing
     Galichon, 2010), which can only reduce pinball loss.
 
 Calibration (conformalised quantile regression, Romano, Patterson & Candes, NeurIPS 2019)
-    On a later time slice the model did not train on, asymmetric CQR scores
+    Anchored model: per segment, see ``models.duration_segments``. Plain model: on a later time slice the model did not train on, asymmetric CQR scores
     ``E_lo = q10 - y`` and ``E_hi = y - q90`` give shifts at level ``(1 - alpha/2)(1 + 1/n)``,
     ``alpha = 1 - coverage``; the interval ``[q10 - s_lo, q90 + s_hi]`` then covers ``coverage`` of
     exchangeable future jobs. Only uncensored calibration jobs are scored. With
@@ -335,6 +341,11 @@ class DurationEstimator:
         q[:, 0] -= self.shift_lo_
         q[:, 2] += self.shift_hi_
         return np.sort(q, axis=1)
+
+    def booster_inputs(self, X: np.ndarray) -> list[tuple[lgb.Booster, np.ndarray]]:
+        """Every booster with the matrix it predicts on for feature rows ``X`` (latency benchmarks)."""
+        Xd = self._design(X)
+        return [(b, Xd) for b in [*self.boosters_, *([self.mode_booster_] if self.mode_booster_ is not None else [])]]
 
     def feature_importance(self) -> np.ndarray:
         """Total gain per input feature of the p50 booster (the anchor-relative columns not included)."""
