@@ -9,10 +9,11 @@ average, and it moves with the user.
 
 Anchor chains (``ANCHOR_CHAINS``): each is a list of feature columns (absolute log seconds) read in
 order, the first finite one per job, else the job's offset (its time limit, else the global median:
-``models.bundle.duration_offset``). ``models.duration`` fits a quick median booster on each chain's
-residual and keeps the chain whose booster scores best on the calibration slice (a later period);
-without a calibration slice, ``choose_anchor`` keeps the chain with the lowest mean absolute log
-error on the training rows (point in time, so that is honest too, but it judges the raw anchor).
+``models.bundle.duration_offset``). ``choose_anchor`` keeps the chain with the lowest mean
+absolute log error on the training rows (point in time, so that is an honest choice): the best
+starting point for the boosters, and for the mode-seeking point above all. (``DurationEstimator``
+can instead score a quick booster per chain on the calibration slice, ``anchor_on_calibration``;
+off by default, see there.)
 
 The boosters also see each baseline *relative to the anchor* (``AnchoredDesign.design``): a split on
 "the user's mean is 1.5 log units above their last two" is what shrinking a noisy anchor takes, and
