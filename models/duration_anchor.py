@@ -78,12 +78,11 @@ class AnchoredDesign:
         return self._col(X, BASELINE_COLUMNS[name]) - self.offset(X)
 
     def baselines(self, X: np.ndarray) -> dict[str, np.ndarray]:
-        """Every available baseline in target space, the job's offset (0) where it is unknown."""
-        out = {}
-        for name in self.available:
-            b = self.baseline(X, name)
-            out[name] = np.where(np.isfinite(b), b, 0.0)
-        out["offset"] = np.zeros(len(X))
+        """Every available baseline in target space, NaN where it has nothing to say; ``offset`` (0)
+        only where the job has a time limit (elsewhere it is the global median, a constant)."""
+        out = {name: self.baseline(X, name) for name in self.available if name != "requested_time"}
+        limit = self._col(X, _LIMIT) if _LIMIT in self.names else np.full(len(X), np.nan)
+        out["offset"] = np.where(np.isfinite(limit), 0.0, np.nan)
         return out
 
     def anchor(self, X: np.ndarray, chain: tuple[str, ...] | None = None) -> np.ndarray:
