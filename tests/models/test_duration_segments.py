@@ -78,3 +78,17 @@ def test_anchored_model_follows_a_user_beyond_the_training_range() -> None:
     ratio = preds["duration_p50_s"].to_numpy()[rows] / later["duration_s"].to_numpy()[rows]
     assert np.mean((ratio >= 0.5) & (ratio <= 2.0)) > 0.9
     assert bundle.duration.design_ is not None and bundle.duration.design_.chain  # a history anchor was chosen
+
+
+def test_point_snaps_to_a_repeated_run() -> None:
+    """A user who reruns a job of exactly 1,234 s gets 1,234 s back (not a value near it)."""
+    train = _user_table({f"u{k}": 3.0 + 0.5 * k for k in range(6)}, 60, 0.0, seed=4)
+    rep = train["user"] == "u2"
+    train.loc[rep, "duration_s"] = 1234.0
+    train.loc[rep, "end_ts"] = train.loc[rep, "start_ts"] + 1234.0
+    later = _user_table({"u2": 3.0}, 5, float(train["end_ts"].max()) + 1.0, seed=5)
+    later["duration_s"] = 1234.0
+    later["end_ts"] = later["start_ts"] + 1234.0
+    bundle = fit_bundle(train, duration_params=FAST)
+    preds, _ = predictions_for(bundle, later)
+    assert np.allclose(preds["duration_p50_s"].to_numpy(), 1234.0, rtol=1e-5)
