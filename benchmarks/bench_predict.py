@@ -50,7 +50,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.duration_checks import targets
 from features.history import history_state
 from features.ingest import ingest, load_jobs
 from features.schema import conform
@@ -59,6 +58,11 @@ from models.fit import fit_bundle
 from models.memory import MemoryEstimator
 from models.memory_analytic import analytic_memory
 from models.metrics import point_metrics, reservation_metrics
+
+try:
+    from benchmarks.duration_checks import targets
+except ModuleNotFoundError:  # run as a script without the project root on sys.path: the sibling file
+    from duration_checks import targets  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PREDICTOR_SHARED_DATA", ROOT.parent / "shared" / "data"))
