@@ -23,7 +23,10 @@ Features (``FEATURE_NAMES``)
     at ``COUNT_CAP``), mean / std / recent median / last / last-2 of log duration, failure rate, log
     GPU-hours per job, mean and last log(duration / limit), log hours since the last end, log(limit
     / last limit), the limit scaled by the mean and the last ratio, share of short runs, share that
-    hit the limit, mean and last log peak GPU memory per GPU (with log GPUs and log batch x sequence of that job). User identity is not a feature: who the user is enters through their history,
+    hit the limit, mean and last log peak GPU memory per GPU (with log GPUs and log batch x sequence of that job);
+    recent runs (``features.recent_runs``, last in the row): per key kind the duration baselines
+    (log mean and log last-2 run time) and the recency-weighted mean and empirical 10 % / 90 %
+    quantiles of the latest runs. User identity is not a feature: who the user is enters through their history,
     which keeps the model valid as users come and go.
 """
 
@@ -47,6 +50,7 @@ from features.history import (
     numeric_column,
     object_column,
 )
+from features.recent_runs import RECENT_FEATURES, recent_runs_block
 
 __all__ = [
     "FEATURE_PIPELINE_VERSION",
@@ -59,7 +63,7 @@ __all__ = [
     "history_with",
 ]
 
-FEATURE_PIPELINE_VERSION = "1.4"
+FEATURE_PIPELINE_VERSION = "1.5"
 
 #: Bytes per parameter of each training precision (weights as stored during training).
 PRECISION_BYTES: dict[str, float] = {
@@ -95,7 +99,7 @@ _HISTORY_STATS = (
 _HISTORY = tuple(f"{kind}_{stat}" for kind in KEY_KINDS for stat in _HISTORY_STATS)
 
 #: Every feature, in the column order of ``transform``'s output.
-FEATURE_NAMES: tuple[str, ...] = (*_REQUEST, *_WORKLOAD, *_CALENDAR, *CATEGORICAL_FEATURES, *_HISTORY)
+FEATURE_NAMES: tuple[str, ...] = (*_REQUEST, *_WORKLOAD, *_CALENDAR, *CATEGORICAL_FEATURES, *_HISTORY, *RECENT_FEATURES)
 
 
 _num = numeric_column
@@ -277,7 +281,7 @@ class JobFeatureBuilder:
             self.vocabularies_[f].encode(object_column(jobs, c)) for f, c in CATEGORICAL_FEATURES.items()
         ])
         hist = _history_block(state, submit, limit)
-        return np.hstack([request, workload, calendar, cats, hist]).astype(np.float32)
+        return np.hstack([request, workload, calendar, cats, hist, recent_runs_block(state)]).astype(np.float32)
 
 
 def _require(jobs: pd.DataFrame, cols: tuple[str, ...]) -> None:

@@ -33,9 +33,12 @@ import pandas as pd
 from features.history_state import (
     _EMPTY_STATE,
     _F,
+    _WINDOW_FIELDS,
     AT_LIMIT_SHARE,
     FAILURE_STATES,
     KEY_KINDS,
+    LONG_WINDOW,
+    RECENT_DECAY,
     SHORT_RUN_S,
     STATE_FIELDS,
     WINDOW,
@@ -47,6 +50,7 @@ from features.history_state import (
     history_keys,
     history_state,
     merge_events,
+    window_summary,
 )
 from features.job_keys import JobColumns, family_keys, numeric_column, object_column, request_keys
 from features.schema import empty_jobs
@@ -55,6 +59,8 @@ __all__ = [
     "KEY_KINDS",
     "STATE_FIELDS",
     "WINDOW",
+    "LONG_WINDOW",
+    "RECENT_DECAY",
     "FAILURE_STATES",
     "SHORT_RUN_S",
     "AT_LIMIT_SHARE",
@@ -74,13 +80,13 @@ __all__ = [
 
 @dataclass
 class _KeyWindow:
-    """The last WINDOW ended jobs of one key that have a duration, oldest first."""
+    """The last LONG_WINDOW ended jobs of one key that have a duration, oldest first."""
 
     items: list[tuple[float, str, float, float]] = field(default_factory=list)  # end, id, logd, dur
 
     def add(self, end_ts: float, job_id: str, logd: float, dur: float) -> None:
         insort(self.items, (end_ts, job_id, logd, dur))
-        if len(self.items) > WINDOW:
+        if len(self.items) > LONG_WINDOW:
             del self.items[0]
 
 
@@ -161,7 +167,7 @@ class HistoryStore:
                 tail = ev.loc[has_d, ["end_ts", "job_id", "logd", "duration_s"]]
                 tail_codes = codes[has_d]
                 rank_from_end = pd.Series(tail_codes[::-1]).groupby(tail_codes[::-1]).cumcount().to_numpy()[::-1]
-                keep = rank_from_end < WINDOW
+                keep = rank_from_end < LONG_WINDOW
                 for code, item in zip(tail_codes[keep], tail.loc[keep].itertuples(index=False), strict=True):
                     windows.setdefault(labels[code], _KeyWindow()).items.append(tuple(item))
             state[kind] = table
@@ -188,12 +194,13 @@ class HistoryStore:
             s[_F["n_short"]] += float(dur <= SHORT_RUN_S)
             win = self._windows[kind].setdefault(key, _KeyWindow())
             win.add(row.end_ts, row.job_id, logd, dur)  # type: ignore[attr-defined]
-            logs = [it[2] for it in win.items]
-            durs = [it[3] for it in win.items]
-            s[_F["last1_logd"]] = logs[-1]
-            s[_F["last2_logd"]] = (logs[-1] + logs[-2]) / 2.0 if len(logs) > 1 else logs[-1]
-            s[_F["last2_d"]] = (durs[-1] + durs[-2]) / 2.0 if len(durs) > 1 else durs[-1]
-            s[_F["median_logd"]] = float(np.median(logs))
+            lags = np.full((1, LONG_WINDOW), np.nan)
+            lags_d = np.full((1, 2), np.nan)
+            newest_first = win.items[::-1]
+            lags[0, : len(newest_first)] = [it[2] for it in newest_first]
+            lags_d[0, : min(2, len(newest_first))] = [it[3] for it in newest_first[:2]]
+            for name, value in zip(_WINDOW_FIELDS, window_summary(lags, lags_d)[0], strict=True):
+                s[_F[name]] = value
         if np.isfinite(ratio):
             s[_F["n_ratio"]] += 1.0
             s[_F["sum_ratio"]] += ratio

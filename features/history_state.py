@@ -2,7 +2,7 @@
 
 Per key (user, team, job family, request signature), the statistics after each ended job, from
 grouped cumulative sums over events sorted by ``(key, end_ts, job_id)`` and a window of the last
-``WINDOW`` durations; each query job finds its state with one binary search on an integer
+``WINDOW`` durations (``LONG_WINDOW`` for the recent-runs statistics); each query job finds its state with one binary search on an integer
 ``(key, end-time rank)`` code. ``HistoryStore`` (serving) seeds itself from the same arrays.
 """
 
@@ -22,7 +22,10 @@ __all__ = [
     "KEY_KINDS",
     "STATE_FIELDS",
     "WINDOW",
+    "LONG_WINDOW",
+    "RECENT_DECAY",
     "FAILURE_STATES",
+    "window_summary",
     "HistoryState",
     "family_keys",
     "request_keys",
@@ -42,6 +45,11 @@ __all__ = [
 KEY_KINDS: tuple[str, ...] = ("user", "team", "family", "request")
 #: How many of the most recent ended jobs per key are kept for last-1 / last-2 / recent median.
 WINDOW = 5
+#: How many of the most recent ended jobs per key the recent-runs statistics (recency-weighted mean,
+#: empirical 10 % / 90 % quantiles of log duration) look at.
+LONG_WINDOW = 20
+#: Weight of the j-th most recent run (j = 0 newest) in the recency-weighted mean: RECENT_DECAY ** j.
+RECENT_DECAY = 0.75
 #: Ended states counted as failures in the failure rate.
 FAILURE_STATES: frozenset[str] = frozenset({"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT"})
 
@@ -70,6 +78,9 @@ STATE_FIELDS: tuple[str, ...] = (
     "last_log_peak",  # log(peak_vram_mib) of the latest job that has one
     "last_peak_gpus",  # GPUs of that job (per-GPU peaks change with sharding)
     "last_peak_log_tokens",  # log(batch x sequence) of that job (activations scale with it)
+    "recent_logd",  # recency-weighted mean log duration of the latest LONG_WINDOW (RECENT_DECAY ** age)
+    "recent_q10_logd",  # empirical 10 % quantile of log duration of the latest LONG_WINDOW
+    "recent_q90_logd",  # empirical 90 % quantile of the same
 )
 _F = {name: i for i, name in enumerate(STATE_FIELDS)}
 _N_SUMS = 13  # the leading fields are counts and sums (0 when empty); the rest are NaN when empty
@@ -147,30 +158,68 @@ class HistoryState:
 # batch path
 
 
+def _row_quantile(lags: np.ndarray, q: float) -> np.ndarray:
+    """Linear-interpolation quantile of the finite values of each row (NaN for an empty row)."""
+    ordered = np.sort(lags, axis=1)  # NaN sorts last
+    k = np.isfinite(lags).sum(axis=1)
+    pos = np.maximum(k - 1, 0) * q
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, np.maximum(k - 1, 0))
+    rows = np.arange(len(lags))
+    a, b = ordered[rows, lo], ordered[rows, hi]
+    return np.where(k > 0, a + (b - a) * (pos - lo), np.nan)
+
+
+def window_summary(lags: np.ndarray, lags_d: np.ndarray) -> np.ndarray:
+    """The window statistics from the latest runs of each key, newest first.
+
+    ``lags`` (n, LONG_WINDOW): log durations, column j the j-th most recent, NaN where the key has
+    fewer runs; ``lags_d`` (n, 2): the two most recent durations in seconds. Returns (n, 7):
+    last1, last2 (log), last2 (s), median of the latest WINDOW, recency-weighted mean, 10 % and
+    90 % quantiles of the latest LONG_WINDOW. The batch path and ``HistoryStore`` both call it (one
+    row at a time there), so the two agree bit for bit.
+    """
+    n = len(lags)
+    out = np.empty((n, 7))
+    out[:, 0] = lags[:, 0]
+    out[:, 1] = np.where(np.isnan(lags[:, 1]), lags[:, 0], (lags[:, 0] + lags[:, 1]) / 2.0)
+    out[:, 2] = np.where(np.isnan(lags_d[:, 1]), lags_d[:, 0], (lags_d[:, 0] + lags_d[:, 1]) / 2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: NaN
+        out[:, 3] = np.nanmedian(lags[:, :WINDOW], axis=1) if n else np.empty(0)
+    num, den = np.zeros(n), np.zeros(n)
+    for j in range(lags.shape[1]):  # one column at a time: the same additions in the same order for any n
+        ok = np.isfinite(lags[:, j])
+        num += np.where(ok, lags[:, j], 0.0) * RECENT_DECAY**j
+        den += ok * RECENT_DECAY**j
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out[:, 4] = np.where(den > 0, num / den, np.nan)
+    out[:, 5] = _row_quantile(lags, 0.1)
+    out[:, 6] = _row_quantile(lags, 0.9)
+    return out
+
+
 def _window_stats(logd: np.ndarray, dur: np.ndarray, rank: np.ndarray) -> np.ndarray:
-    """last1, last2 (log), last2 (s), median over the last WINDOW, for events sorted within groups.
+    """``window_summary`` after each event, for events sorted within groups.
 
     ``logd``/``dur`` hold only events with a duration; ``rank`` is the 0-based position of each
     within its group.
     """
     n = len(logd)
-    lags = np.full((n, WINDOW), np.nan)
+    lags = np.full((n, LONG_WINDOW), np.nan)
     lags_d = np.full((n, 2), np.nan)
-    valid = [rank >= j for j in range(WINDOW)]
-    for j in range(min(WINDOW, n)):
+    for j in range(min(LONG_WINDOW, n)):
+        valid = rank >= j
         lags[j:, j] = logd[: n - j]
-        lags[~valid[j], j] = np.nan
+        lags[~valid, j] = np.nan
         if j < 2:
             lags_d[j:, j] = dur[: n - j]
-            lags_d[~valid[j], j] = np.nan
-    out = np.empty((n, 4))
-    out[:, 0] = lags[:, 0]
-    out[:, 1] = np.where(np.isnan(lags[:, 1]), lags[:, 0], (lags[:, 0] + lags[:, 1]) / 2.0)
-    out[:, 2] = np.where(np.isnan(lags_d[:, 1]), lags_d[:, 0], (lags_d[:, 0] + lags_d[:, 1]) / 2.0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows cannot occur, rank >= 0
-        out[:, 3] = np.nanmedian(lags, axis=1) if n else np.empty(0)
-    return out
+            lags_d[~valid, j] = np.nan
+    return window_summary(lags, lags_d)
+
+
+_WINDOW_FIELDS = ("last1_logd", "last2_logd", "last2_d", "median_logd", "recent_logd", "recent_q10_logd",
+                  "recent_q90_logd")
 
 
 def _ffill_in_group(values: np.ndarray, group_start: np.ndarray) -> np.ndarray:
@@ -214,12 +263,12 @@ def _cumulative_states(ev: pd.DataFrame, codes: np.ndarray) -> np.ndarray:
     group_start = np.ones(n, dtype=bool)
     group_start[1:] = codes[1:] != codes[:-1]
     # Window over the events that have a duration; forward-filled to the events without one.
-    win = np.full((n, 4), np.nan)
+    win = np.full((n, len(_WINDOW_FIELDS)), np.nan)
     if has_d.any():
         sub_codes = codes[has_d]
         sub_rank = pd.Series(sub_codes).groupby(sub_codes, sort=False).cumcount().to_numpy()
         win[has_d] = _window_stats(ev["logd"].to_numpy()[has_d], dur[has_d], sub_rank)
-    for j, name in enumerate(("last1_logd", "last2_logd", "last2_d", "median_logd")):
+    for j, name in enumerate(_WINDOW_FIELDS):
         out[:, _F[name]] = _ffill_in_group(win[:, j], group_start)
     out[:, _F["last_ratio"]] = _ffill_in_group(np.where(has_r, ratio, np.nan), group_start)
     limit = ev["time_limit_s"].to_numpy()

@@ -4,6 +4,7 @@
 * ``user_last2``: arithmetic mean run time of the same user's last two ended jobs (Tsafrir, Etsion &
   Feitelson, "Backfilling using system-generated predictions", TPDS 2007); the last one when only
   one has ended;
+* ``user_mean``: mean run time of all the same user's ended jobs;
 * ``family_mean``: mean run time of the same user's job family (``features.history.family_keys``:
   user + job name without digits/dates). Logs without job names (the SWF logs here) have no
   families, so it answers the global median there;
@@ -22,7 +23,7 @@ from features.history import HistoryState, numeric_column
 
 __all__ = ["BASELINES", "baseline_predictions"]
 
-BASELINES: tuple[str, ...] = ("requested_time", "user_last2", "family_mean", "global_median")
+BASELINES: tuple[str, ...] = ("requested_time", "user_last2", "user_mean", "family_mean", "global_median")
 
 
 def baseline_predictions(jobs: pd.DataFrame, state: HistoryState, global_median_s: float) -> dict[str, np.ndarray]:
@@ -47,9 +48,11 @@ def baseline_predictions(jobs: pd.DataFrame, state: HistoryState, global_median_
 
     with np.errstate(divide="ignore", invalid="ignore"):
         family = state.get("family", "sum_d") / state.get("family", "n_dur")
+        user = state.get("user", "sum_d") / state.get("user", "n_dur")
     return {
         "requested_time": fill(numeric_column(jobs, "time_limit_s")),
         "user_last2": fill(state.get("user", "last2_d")),
+        "user_mean": fill(user),
         "family_mean": fill(family),
         "global_median": np.full(len(jobs), float(global_median_s)),
     }

@@ -4,13 +4,16 @@ History is point in time: the features of each evaluated job use the model's his
 the table's own jobs that ended before its submit time (``features.build.history_with``), which is
 what the service would have known. Report shape (``predictor evaluate``)::
 
-    {"duration": {"model": {...}, "requested_time": {...}, "user_last2": {...},
-                  "family_mean": {...}, "global_median": {...}},
+    {"duration": {"model": {...}, "requested_time": {...}, "user_last2": {...}, "user_mean": {...},
+                  "family_mean": {...}, "global_median": {...}, "user_interval": {...}},
      "memory": {"model": {...}, "analytic": {...}},
      "topology": {"model": {...}, "prior": {...}, "no_slowdown": {...}}}
 
 Each entry has ``n`` and the metrics of ``models.metrics`` (duration: point metrics; the model also
-``coverage`` and ``mean_width_ratio`` of its p10-p90 interval; memory: point metrics of the estimate
+``coverage``, ``mean_width_ratio`` and ``median_width_ratio`` of its p10-p90 interval, and
+``user_interval`` the same three for the interval baseline: the user's empirical 10-90 % range of
+their latest runs, widened by one conformal shift fitted on the model's calibration slice
+(``DurationEstimator.empirical_interval_log``; the training period's range for a user without runs); memory: point metrics of the estimate
 plus ``underestimate_rate`` and ``mean_overreserve_ratio`` of the bound it reserves, for
 ``analytic`` the estimate itself). A target without labels in the table is ``{"n": 0, "absent": why}``.
 ``topology`` is an extension of the issue's shape, filled where the table carries the true slowdown
@@ -30,7 +33,7 @@ from features.build import history_with
 from features.history import HistoryState, history_state, numeric_column, object_column
 from features.schema import PLACEMENT_CLASSES
 from models.baselines import BASELINES, baseline_predictions
-from models.bundle import JobPredictorBundle, placement_slowdown
+from models.bundle import JobPredictorBundle, duration_offset, placement_slowdown
 from models.fit import LOWER_BOUND_STATES
 from models.memory_analytic import analytic_memory
 from models.metrics import absent, interval_metrics, point_metrics, reservation_metrics
@@ -57,7 +60,7 @@ def duration_rows(jobs: pd.DataFrame) -> np.ndarray:
 def _duration_report(bundle: JobPredictorBundle, jobs: pd.DataFrame, preds: pd.DataFrame, state: HistoryState) -> dict:
     rows = duration_rows(jobs)
     if not rows.any():
-        return {name: absent("no ended jobs with a duration") for name in ("model", *BASELINES)}
+        return {name: absent("no ended jobs with a duration") for name in ("model", *BASELINES, "user_interval")}
     actual = numeric_column(jobs, "duration_s")[rows]
     scale = placement_slowdown(jobs, preds[list(SLOWDOWN_COLUMNS)].to_numpy())[rows]
     p10, p50, p90 = (preds[c].to_numpy()[rows] * scale for c in ("duration_p10_s", "duration_p50_s", "duration_p90_s"))
@@ -69,7 +72,19 @@ def _duration_report(bundle: JobPredictorBundle, jobs: pd.DataFrame, preds: pd.D
             report[name] = absent("no time limits in the data")
         else:
             report[name] = point_metrics(base[name][rows], actual)
+    report["user_interval"] = _user_interval(bundle, jobs, state, rows, actual, scale)
     return report
+
+
+def _user_interval(bundle: JobPredictorBundle, jobs: pd.DataFrame, state: HistoryState, rows: np.ndarray,
+                   actual: np.ndarray, scale: np.ndarray) -> dict:
+    """Coverage and widths of the per-user empirical interval baseline on the scored rows."""
+    X = bundle.builder.transform_array(jobs.loc[rows], HistoryState({k: v[rows] for k, v in state.values.items()}))
+    emp = bundle.duration.empirical_interval_log(X)
+    if not np.isfinite(emp).all():
+        return absent("the duration model has no empirical interval (trained without history features)")
+    bounds = np.exp(emp + duration_offset(jobs.loc[rows], bundle.global_median_s)[:, None]) * scale[:, None]
+    return {"n": int(len(actual)), **interval_metrics(bounds[:, 0], bounds[:, 1], actual)}
 
 
 def _memory_report(jobs: pd.DataFrame, preds: pd.DataFrame, bundle: JobPredictorBundle) -> dict:

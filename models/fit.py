@@ -134,7 +134,7 @@ def fit_bundle(
     duration = DurationEstimator(params=duration_params or DEFAULT_DURATION_PARAMS, coverage=coverage,
                                  refit_on_calibration=refit_on_calibration)
     duration.fit(X[use_tr], log_d[use_tr], cens[use_tr], X_cal=X[use_cal], log_duration_cal=log_d[use_cal],
-                 censored_cal=cens[use_cal], feature_names=names, categorical=cats)
+                 censored_cal=cens[use_cal], feature_names=names, categorical=cats, global_median_s=global_median)
 
     phase("memory")
     parts = analytic_memory(jobs, GPU_MEMORY_MIB)

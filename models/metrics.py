@@ -8,6 +8,7 @@ Definitions (``p`` predicted, ``a`` actual; durations floored at 1 s and memory 
 * ``within_10pct`` / ``within_50pct``: share with |p / a - 1| <= 0.1 / 0.5; ``within_2x``: share
   with 1/2 <= p / a <= 2;
 * intervals: ``coverage``: share with p10 <= a <= p90; ``mean_width_ratio``: mean (p90 - p10) / a;
+  ``median_width_ratio``: median p90 / p10 (both floored at 1 s), how many-fold the interval spans;
 * memory: ``underestimate_rate``: share with a > upper bound; ``mean_overreserve_ratio``: mean of
   max(upper - a, 0) / a, the memory reserved beyond the real peak as a share of it.
 """
@@ -57,6 +58,7 @@ def interval_metrics(lower: np.ndarray, upper: np.ndarray, actual: np.ndarray, *
     return {
         "coverage": float(np.mean((lo <= a) & (a <= hi))),
         "mean_width_ratio": float(np.mean((hi - lo) / a)),
+        "median_width_ratio": float(np.median(np.maximum(hi, floor) / np.maximum(lo, floor))),
     }
 
 

@@ -86,3 +86,22 @@ def test_quantiles_never_cross(shift: float, scale: float) -> None:
     est.shift_lo_, est.shift_hi_ = -2.0, -2.0  # negative shifts would cross without rearrangement
     q = est.predict_log(X * scale + shift)
     assert np.all(np.diff(q, axis=1) >= 0)
+
+
+def test_mode_point_lands_on_a_peak_where_the_median_falls_between() -> None:
+    """45 % of jobs near 1 s, 45 % near e^4 s, 10 % between: the median is off by more than 2x for
+    nearly every job, the Welsch point (started at 0, an anchor) is within 2x for the jobs of a peak."""
+    from models.lgbm import predict_booster, train_booster, welsch_objective
+
+    rng = np.random.default_rng(8)
+    n = 4000
+    part = rng.random(n)
+    y = np.where(part < 0.45, 0.0, np.where(part < 0.9, 4.0, rng.uniform(1.0, 3.0, n))) + rng.normal(0, 0.1, n)
+    X = rng.normal(size=(n, 2))  # nothing to learn from
+    mode = predict_booster(train_booster(X, y, SMALL, welsch_objective(1.0)), X)
+    median = predict_booster(train_booster(X, y, SMALL, "quantile", alpha=0.5), X)
+
+    def within_2x(p: np.ndarray) -> float:
+        return float(np.mean(np.abs(p - y) <= np.log(2.0)))
+
+    assert within_2x(mode) > 0.4 and within_2x(median) < 0.15

@@ -85,7 +85,8 @@ def test_evaluate_predict_and_promote(store: Path, tables: dict[str, Path], caps
                        "--out", str(report_path)], capsys)
     assert code == 0
     report = json.loads(report_path.read_text())
-    assert set(report["duration"]) == {"model", "requested_time", "user_last2", "family_mean", "global_median"}
+    assert set(report["duration"]) == {"model", "requested_time", "user_last2", "user_mean", "family_mean", "global_median",
+                                        "user_interval"}
     code, _ = run_cli(["predict", "--jobs", str(tables["later"]), "--model", "models:/job-predictor/1",
                        "--out", str(preds_path)], capsys)
     preds = pd.read_parquet(preds_path)
