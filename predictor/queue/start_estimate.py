@@ -63,43 +63,70 @@ class FreeProfile:
         out.times, out.free, out.total = self.times.copy(), self.free.copy(), self.total
         return out
 
-    def earliest(self, k: int, duration: float) -> float:
-        """Earliest step start where ``k`` GPUs stay free for ``duration``; inf if never."""
+    def _split(self, t: float) -> None:
+        j = np.searchsorted(self.times, t, side="right")
+        if self.times[j - 1] != t:
+            self.times = np.insert(self.times, j, t)
+            self.free = np.insert(self.free, j, self.free[j - 1])
+
+    def earliest(self, k: int, duration: float, not_before: float = -math.inf) -> float:
+        """Earliest time, at a step start or ``not_before``, from which ``k`` GPUs stay free for
+        ``duration``; inf if never."""
         if k > self.total:
             return math.inf
+        if not_before > self.times[0]:
+            self._split(not_before)
         times, free = self.times, self.free
         bad = np.concatenate([[0], np.cumsum(free < k)])
         last = np.searchsorted(times, times + max(duration, 0.0), side="left")  # first step not covered
         ok = (bad[np.maximum(last, np.arange(len(times)) + 1)] - bad[:-1]) == 0
+        if not_before > times[0]:
+            ok &= times >= not_before
         hit = np.flatnonzero(ok)
         return float(times[hit[0]]) if len(hit) else math.inf
 
     def book(self, start: float, k: int, duration: float) -> None:
         """Take ``k`` GPUs from ``start`` for ``duration``."""
         end = start + max(duration, 0.0)
-        for t in (start, end):
-            j = np.searchsorted(self.times, t, side="right")
-            if self.times[j - 1] != t:
-                self.times = np.insert(self.times, j, t)
-                self.free = np.insert(self.free, j, self.free[j - 1])
+        self._split(start)
+        self._split(end)
         a = np.searchsorted(self.times, start, side="left")
         b = np.searchsorted(self.times, end, side="left")
         self.free[a:b] -= k
 
 
+_Z90 = 1.2815515655446004  # standard normal 90th percentile
+
+
 def running_quantile_ends(start_ts: np.ndarray, durations: Sequence[np.ndarray], now: float,
                           overrun_s: float) -> list[np.ndarray]:
-    """Predicted end of each running job per quantile from its start and its predicted run time at that
-    quantile (on its placement). A run past a quantile's end is taken to end now (p10, p50) or
-    ``overrun_s`` from now (p90, the rules layer's ``reservation.overrun_extension_s``); unknown
-    durations (NaN) end at the p90 end. Ends are kept in order (p10 <= p50 <= p90)."""
+    """Predicted end of each running job per quantile (p10, p50, p90), given that it is still running.
+
+    Rule *remaining time*: a job's run time is taken as log-normal through its predicted p10/p50/p90
+    (on its placement); having run ``e = now - start`` seconds, its remaining time at quantile ``q`` is
+    the conditional quantile ``F^-1(F(e) + q (1 - F(e))) - e``. A job with one known quantile only (or
+    a degenerate spread) ends at that duration, and one past it ``overrun_s`` from now (the rules
+    layer's ``reservation.overrun_extension_s``). Unknown durations end ``overrun_s`` from now.
+    """
+    from scipy.special import ndtr, ndtri
+
+    d10, d50, d90 = (np.asarray(d, dtype=np.float64) for d in durations)
+    start = np.asarray(start_ts, dtype=np.float64)
+    elapsed = np.maximum(now - start, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mu = np.log(d50)
+        sigma = (np.log(d90) - np.log(d10)) / (2 * _Z90)
+        spread = np.isfinite(sigma) & (sigma > 1e-6) & np.isfinite(mu)
+        f = np.where(spread, ndtr((np.log(elapsed) - mu) / np.where(spread, sigma, 1.0)), 0.0)
     out = []
-    for q, d in enumerate(durations):
-        end = start_ts + np.asarray(d, dtype=np.float64)
-        floor = now + (overrun_s if q == len(durations) - 1 else 0.0)
-        out.append(np.where(end > now, end, floor))
-    fill = out[-1]
-    out = [np.where(np.isfinite(e), e, fill) for e in out]
+    for q, point in zip((0.1, 0.5, 0.9), (d10, d50, d90), strict=True):
+        u = np.clip(f + q * (1.0 - f), 1e-9, 1 - 1e-9)
+        with np.errstate(over="ignore", invalid="ignore"):
+            cond = start + np.exp(mu + np.where(spread, sigma, 0.0) * ndtri(u))
+        plain = start + point
+        plain = np.where(plain > now, plain, now + overrun_s)
+        end = np.where(spread, np.maximum(cond, now), plain)
+        out.append(np.where(np.isfinite(end), end, now + overrun_s))
     for q in range(1, len(out)):
         out[q] = np.maximum(out[q], out[q - 1])
     return out
@@ -121,7 +148,7 @@ class StartEstimates:
     p90_ts: np.ndarray
     basis: np.ndarray
     time_limit_ts: np.ndarray | None = None
-    _walk: _Walk | None = field(default=None, repr=False)
+    _walks: tuple[_Walk, ...] = field(default=(), repr=False)
 
     def row_doc(self, i: int) -> dict:
         """The estimate of pending row ``i`` as a document (None values where it can never start)."""
@@ -137,12 +164,15 @@ class StartEstimates:
         return doc
 
     def start_with(self, i: int, *, allowed: np.ndarray | None = None, position: int | None = None,
-                   num_gpus: int | None = None) -> float:
-        """p50 start of row ``i`` if it asked for other GPU types (``allowed``), another GPU count, or
-        sat at another ``position`` of the priority order (what-if; the jobs ahead are as planned)."""
-        if self._walk is None:
-            raise RuntimeError("estimate made without what-if support")
-        return self._walk.what_if(i, allowed=allowed, position=position, num_gpus=num_gpus)
+                   num_gpus: int | None = None, duration: float | None = None, quantile: int = 1) -> float:
+        """Start of row ``i`` (at quantile ``QUANTILES[quantile]``, p50 by default) if it asked for other
+        GPU types (``allowed``), another GPU count, ran ``duration`` seconds, or sat at another
+        ``position`` of the priority order (what-if; the jobs ahead are booked as planned). ``i = -1``:
+        a job not in the plan (``allowed``, ``position``, ``num_gpus`` and ``duration`` required)."""
+        if not self._walks:
+            raise RuntimeError("estimate made without what-if support (estimate_starts(what_if=True))")
+        return self._walks[quantile].what_if(i, allowed=allowed, position=position, num_gpus=num_gpus,
+                                             duration=duration)
 
 
 class _Walk:
@@ -168,29 +198,44 @@ class _Walk:
         self.profiles = [FreeProfile(now, len(g), busy[g]) for g in self.types]
         self.allowed = ctx.sizing.allowed
         self.order = plan.order
-        self.checks: list[list[FreeProfile]] = []
+        self.checks: list[tuple[list[FreeProfile], dict[int, float]]] = []
         self.check_every = _CHECKPOINT_EVERY if checkpoints else 0
+        q = ctx.policy.queueing
+        self.strict = q.strategy == "strict"
+        p = ctx.pending
+        # what a strict head blocks: everything (scope cluster) or its queue (its team where it names none)
+        self.scope = (np.zeros(len(p), dtype=np.int64) if q.scope == "cluster"
+                      else np.where(p.queue >= 0, p.queue, -2 - p.team))
+        self.floor: dict[int, float] = {}
+        if self.check_every:
+            self.checks.append(([p.copy() for p in self.profiles], {}))
 
-    def place(self, i: int, profiles: list[FreeProfile], allowed: np.ndarray | None = None,
-              k: int | None = None) -> float:
+    def place(self, i: int, profiles: list[FreeProfile], floor: dict[int, float],
+              allowed: np.ndarray | None = None, k: int | None = None, duration: float | None = None) -> float:
+        """Book row ``i`` at its earliest start; under strict queueing no earlier than the jobs ahead of
+        it in its scope (rule *strict FIFO*: the head blocks the rest)."""
         allowed = self.allowed[i] if allowed is None else allowed
         k = int(self.ctx.pending.num_gpus[i]) if k is None else k
-        d = float(self.dur[i])
+        d = float(self.dur[i]) if duration is None else float(duration)
+        scope = int(self.scope[i]) if i >= 0 else 0
+        not_before = floor.get(scope, -math.inf) if self.strict else -math.inf
         best, best_t = math.inf, -1
         for t in np.flatnonzero(allowed):
-            s = profiles[t].earliest(k, d)
+            s = profiles[t].earliest(k, d, not_before)
             if s < best:
                 best, best_t = s, int(t)
         if best_t >= 0:
             profiles[best_t].book(best, k, d)
+        if self.strict:
+            floor[scope] = max(floor.get(scope, -math.inf), best)
         return best
 
     def run(self, until: set[int] | None = None) -> np.ndarray:
         action = self.plan.action
         left = None if until is None else set(until)
         for pos, i in enumerate(self.order.tolist()):
-            if self.check_every and pos % self.check_every == 0:
-                self.checks.append([p.copy() for p in self.profiles])
+            if self.check_every and pos and pos % self.check_every == 0:
+                self.checks.append(([p.copy() for p in self.profiles], dict(self.floor)))
             if left is not None:
                 if not left:
                     break
@@ -199,22 +244,25 @@ class _Walk:
                 continue
             if action[i] == "reject" or int(self.ctx.sizing.flavor[i]) < 0:
                 continue
-            self.start[i] = self.place(i, self.profiles)
+            self.start[i] = self.place(i, self.profiles, self.floor)
         self.start[~np.isfinite(self.start)] = np.nan
         return self.start
 
     def what_if(self, i: int, *, allowed: np.ndarray | None, position: int | None,
-                num_gpus: int | None) -> float:
+                num_gpus: int | None, duration: float | None) -> float:
         order = self.order.tolist()
-        pos = order.index(i) if position is None else int(position)
+        if i < 0 and None in (allowed, position, num_gpus, duration):
+            raise ValueError("a job not in the plan needs allowed, position, num_gpus and duration")
+        pos = order.index(i) if position is None else min(int(position), len(order))
         c = min(pos // self.check_every, len(self.checks) - 1)
-        profiles = [p.copy() for p in self.checks[c]]
+        saved, saved_floor = self.checks[c]
+        profiles, floor = [p.copy() for p in saved], dict(saved_floor)
         action = self.plan.action
         for j in order[c * self.check_every:pos]:
             if j == i or action[j] in ("start", "preempt", "reject") or int(self.ctx.sizing.flavor[j]) < 0:
                 continue
-            self.place(j, profiles)
-        return max(self.place(i, profiles, allowed=allowed, k=num_gpus), self.now)
+            self.place(j, profiles, floor)
+        return max(self.place(i, profiles, floor, allowed=allowed, k=num_gpus, duration=duration), self.now)
 
 
 def estimate_starts(plan: SchedulePlan, running_durations: Sequence[np.ndarray] | None = None, *,
@@ -234,16 +282,15 @@ def estimate_starts(plan: SchedulePlan, running_durations: Sequence[np.ndarray] 
     rows : sequence of int, optional
         Only these pending rows are needed (the walk stops once they are placed); others stay NaN.
     what_if : bool
-        Keep checkpoints of the p50 walk for :meth:`StartEstimates.start_with`.
+        Keep checkpoints of the walks for :meth:`StartEstimates.start_with`.
     """
     ctx = plan_context(plan)
     snap, policy = ctx.snapshot, ctx.policy
     now, run = float(snap.now), snap.running
     rcfg = policy.reservation
     if running_durations is None:
-        ends = [np.where(np.isfinite(run.predicted_end_ts), run.predicted_end_ts, run.start_ts + rcfg.unknown_duration_s)
-                for _ in QUANTILES]
-        ends = running_quantile_ends(np.zeros(len(run)), ends, now, rcfg.overrun_extension_s)
+        d90 = np.where(np.isfinite(run.predicted_end_ts), run.predicted_end_ts - run.start_ts, rcfg.unknown_duration_s)
+        ends = running_quantile_ends(run.start_ts, [d90, d90, d90], now, rcfg.overrun_extension_s)
     else:
         ends = running_quantile_ends(run.start_ts, running_durations, now, rcfg.overrun_extension_s)
     p = ctx.pending
@@ -252,7 +299,7 @@ def estimate_starts(plan: SchedulePlan, running_durations: Sequence[np.ndarray] 
     starts, walks = [], []
     for q, name in enumerate(QUANTILES):
         dur = ctx._fallback_duration(getattr(p, f"{name}_s"))  # noqa: SLF001 - the rules layer's own fallback
-        walk = _Walk(ctx, plan, dur, ends[q], grace, checkpoints=what_if and name == "p50")
+        walk = _Walk(ctx, plan, dur, ends[q], grace, checkpoints=what_if)
         starts.append(walk.run(until))
         walks.append(walk)
     lo, mid, hi = starts
@@ -266,4 +313,4 @@ def estimate_starts(plan: SchedulePlan, running_durations: Sequence[np.ndarray] 
         dur = np.where(np.isfinite(p.time_limit_s), p.time_limit_s, rcfg.unknown_duration_s)
         limit_ts = _Walk(ctx, plan, dur, run_end, grace).run(until)
     return StartEstimates(now=now, job_id=p.job_id, p10_ts=lo, p50_ts=mid, p90_ts=hi, basis=walks[1].basis,
-                          time_limit_ts=limit_ts, _walk=walks[1] if what_if else None)
+                          time_limit_ts=limit_ts, _walks=tuple(walks) if what_if else ())

@@ -123,7 +123,13 @@ def start_estimate_report(record: ReplayRecord, est: ReplayEstimates) -> dict:
     ok = at_submit & started
     actual = record.first_start[ok]
     wait = actual - submit[ok]
+    # jobs the plan at submit did not start there and then: where an estimate says something
+    queued = est.p90[ok] > est.made_at[ok] + 1e-6
     out = {"model": start_estimate_metrics(est.p50[ok], actual, wait, est.p10[ok], est.p90[ok])}
+    out["model"]["queued_at_submit"] = start_estimate_metrics(est.p50[ok][queued], actual[queued], wait[queued],
+                                                              est.p10[ok][queued], est.p90[ok][queued])
     if est.has_limits:
         out["time_limit"] = start_estimate_metrics(est.time_limit[ok], actual, wait)
+        out["time_limit"]["queued_at_submit"] = start_estimate_metrics(est.time_limit[ok][queued], actual[queued],
+                                                                       wait[queued])
     return out
