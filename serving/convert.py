@@ -35,7 +35,8 @@ class JSONBytes(Response):
     media_type = "application/json"
 
 
-def score_response(scored: Sequence[Scored], model: LoadedModel, now: float) -> Response:
+def score_response(scored: Sequence[Scored], model: LoadedModel, now: float,
+                   start_estimates: Sequence[dict] | None = None) -> Response:
     fallback = any(s.prediction.fallback for s in scored)
     reasons = [s.prediction.fallback_reason for s in scored if s.prediction.fallback_reason]
     body = {
@@ -45,6 +46,9 @@ def score_response(scored: Sequence[Scored], model: LoadedModel, now: float) -> 
                   "fallback": fallback, "fallback_reason": reasons[0] if reasons else model.fallback_reason},
         "scored_at": now,
     }
+    if start_estimates is not None:
+        for result, start in zip(body["results"], start_estimates, strict=True):
+            result["start_estimate"] = start
     headers = {"x-model-version": model.version, "x-model-fallback": "true" if model.fallback else "false"}
     # orjson: several times faster than json.dumps on a batch's documents (which hold no NaN: the codec
     # writes non-finite numbers as null)

@@ -80,7 +80,7 @@ def _could_run_on(plan: SchedulePlan, i: int) -> dict[str, Any]:
     ctx = plan_context(plan)
     lay, k = ctx.layout, int(ctx.pending.num_gpus[i])
     allowed = np.flatnonzero(ctx.sizing.allowed[i])
-    counts = lay.gpus_of_type
+    counts = lay.gpus_of_type()
     types = []
     for t in allowed:
         nodes = np.flatnonzero(lay.node_type == t) if lay.n_nodes else np.zeros(0, np.int64)
@@ -192,7 +192,7 @@ def _what_if(plan: SchedulePlan, est: StartEstimates, i: int, rank: np.ndarray,
     need = float(sz.need_mib[i])
     if math.isfinite(need):
         fits = lay.type_memory_mib * (p.gpu_milli[i] / MILLI) >= need
-        wider = fits & (lay.gpus_of_type >= k)
+        wider = fits & (lay.gpus_of_type() >= k)
         extra = wider & ~sz.allowed[i]
         if extra.any():
             start = est.start_with(i, allowed=sz.allowed[i] | wider)

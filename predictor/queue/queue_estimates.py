@@ -140,6 +140,8 @@ class QueueEstimates:
         advice = size_request(lay, self.engine.policy.sizing, num_gpus=num_gpus, gpu_milli=gpu_milli,
                               peak_upper_mib=peak_upper_mib, requested=requested)
         allowed = np.array([t in advice.allowed for t in lay.gpu_types], dtype=bool)
+        unknown = self.engine.policy.reservation.unknown_duration_s
+        durations = tuple(float(d) if d is not None and math.isfinite(d) else unknown for d in durations)
         position = int(np.searchsorted(cur.priority_desc, -float(decision.priority), side="right"))
         starts = [cur.estimates.start_with(-1, allowed=allowed, position=position, num_gpus=num_gpus,
                                            duration=d, quantile=q) for q, d in enumerate(durations)]

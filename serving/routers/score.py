@@ -11,6 +11,7 @@ from fastapi.responses import Response
 from predictor.engine.queue_picture import frame_of
 from serving.convert import job_columns, score_response
 from serving.deps import PrincipalDep, ServiceDep
+from serving.routers.explain import candidate_starts
 from serving.schemas.jobs import JobSpec
 from serving.schemas.score import ScoreRequest, ScoreResponse
 
@@ -24,7 +25,10 @@ async def score(body: ScoreRequest, service: ServiceDep, principal: PrincipalDep
                     "false: the same predictions and decisions (action, priority, factor values and weights, "
                     "placement, reservation), without the readable parts: factor details and warnings are "
                     "empty and the reason is terse. Less work per job (about a third of the rules layer's "
-                    "time for a batch)."))] = True) -> Response:
+                    "time for a batch)."))] = True,
+                start_estimate: Annotated[bool, Query(description=(
+                    "true: each result also says when the job would start if submitted now (p10/p50/p90, "
+                    "from the tracked queue's plan; see docs/explain.md)."))] = False) -> Response:
     """Predict duration, peak memory and placement slowdown, and decide priority, flavor, placement or
     reservation for each job as if it were submitted now. A batch is decided together. Nothing is
     stored; ``model.fallback`` says whether the analytic fallback answered."""
@@ -41,4 +45,5 @@ async def score(body: ScoreRequest, service: ServiceDep, principal: PrincipalDep
     fallbacks = sum(s.prediction.fallback for s in scored)
     if fallbacks:
         service.metrics.fallback_predictions.inc(fallbacks)
-    return score_response(scored, model, now)
+    starts = candidate_starts(service, specs, scored, now) if start_estimate else None
+    return score_response(scored, model, now, start_estimates=starts)
