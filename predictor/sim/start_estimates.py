@@ -113,6 +113,11 @@ class replay_with_estimates:  # noqa: N801 - used as a function (a ``ReplayMany`
             self.estimates[name] = rules.estimates
         return records
 
+    def reports(self, records: Sequence[ReplayRecord]) -> dict[str, dict]:
+        """Policy name -> ``report.json``'s ``start_estimate`` block, for the records this replayed."""
+        return {r.policy: start_estimate_report(r, self.estimates[r.policy]) for r in records
+                if r.policy in self.estimates}
+
 
 def start_estimate_report(record: ReplayRecord, est: ReplayEstimates) -> dict:
     """``{"model": {...}, "time_limit": {...}}`` for one replay (``time_limit`` absent where the log has

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from fastapi import APIRouter, HTTPException, status
 
+from predictor.engine.engine import Scored
 from predictor.queue.queue_estimates import QueueEstimates
 from serving.deps import PrincipalDep, ServiceDep
-from predictor.engine.engine import Scored
 from serving.schemas.explain import ExplainPublic
 from serving.schemas.jobs import JobSpec
 from serving.service import Service
