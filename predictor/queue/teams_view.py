@@ -25,7 +25,7 @@ from predictor.engine.engine import Engine
 from predictor.store.database import Database
 from predictor.store.jobs import usage_charges
 
-__all__ = ["decayed_usage", "team_fairshare", "teams_fairshare", "NEUTRAL_FACTOR"]
+__all__ = ["decayed_usage", "recovery_at_current_rates", "team_fairshare", "teams_fairshare", "NEUTRAL_FACTOR"]
 
 _LN2 = math.log(2.0)
 #: The factor of a team using exactly its share (``2^-1``).
@@ -52,6 +52,26 @@ def _factor(usage: np.ndarray, share_fraction: np.ndarray) -> np.ndarray:
     total = usage.sum(axis=-1, keepdims=True)
     frac = np.divide(usage, total, out=np.zeros_like(usage), where=total > 0)
     return np.exp2(-frac / share_fraction)
+
+
+def recovery_at_current_rates(usage_now: np.ndarray, rate_gpus: np.ndarray, share_fraction: np.ndarray,
+                              half_life_s: float) -> tuple[list[float | None], np.ndarray]:
+    """Per team: seconds until its factor reaches 0.5 with every team holding ``rate_gpus`` from now
+    (0 when it is not over its share, None when it never gets there within 20 half-lives), and its
+    factor one half-life from now (rule *recovery at the current rate*, module docstring)."""
+    n = len(usage_now)
+    ahead = np.concatenate([[0.0], half_life_s * np.geomspace(1e-3, 20.0, 2000)])
+    u_inf = np.asarray(rate_gpus, dtype=np.float64) * half_life_s / _LN2
+    proj = u_inf[None, :] + (usage_now - u_inf)[None, :] * np.exp2(-ahead[:, None] / half_life_s)
+    fproj = _factor(proj, share_fraction) if n else np.zeros((len(ahead), 0))
+    out: list[float | None] = []
+    for k in range(n):
+        if fproj[0, k] >= NEUTRAL_FACTOR - 1e-12:
+            out.append(0.0)
+            continue
+        ok = np.flatnonzero(fproj[:, k] >= NEUTRAL_FACTOR - 1e-12)
+        out.append(float(ahead[ok[0]]) if len(ok) else None)
+    return out, fproj[np.searchsorted(ahead, half_life_s)]
 
 
 def _runs(db: Database, engine: Engine, now: float, names: list[str]) -> tuple[np.ndarray, ...]:
@@ -100,26 +120,20 @@ def teams_fairshare(db: Database, engine: Engine, now: float, *, history_points:
     usage_now = usage_hist[-1]
     factor_now = _factor(usage_now[None, :], share_fraction)[0] if n else np.zeros(0)
     rate = np.bincount(team[~np.isfinite(end)], weights=gpus[~np.isfinite(end)], minlength=n).astype(np.float64)
-    # projection at the current rates over 20 half-lives
-    ahead = np.concatenate([[0.0], half_life * np.geomspace(1e-3, 20.0, 400)])
-    u_inf = rate * half_life / _LN2
-    proj = u_inf[None, :] + (usage_now - u_inf)[None, :] * np.exp2(-ahead[:, None] / half_life)
-    fproj = _factor(proj, share_fraction) if n else np.zeros((len(ahead), 0))
+    recovery, in_one = recovery_at_current_rates(usage_now, rate, share_fraction, half_life)
+    hist_factor = _factor(usage_hist, share_fraction)
     teams = []
     for k, name in enumerate(names):
         over = factor_now[k] < NEUTRAL_FACTOR - 1e-12
-        ok = np.flatnonzero(fproj[:, k] >= NEUTRAL_FACTOR - 1e-12)
-        recovery = 0.0 if not over else (float(ahead[ok[0]]) if len(ok) else None)
         teams.append({
             "team": name, "share": float(shares[k]), "share_fraction": float(share_fraction[k]),
             "usage_gpu_hours": float(usage_now[k]) / 3600.0,
             "usage_fraction": float(usage_now[k] / usage_now.sum()) if usage_now.sum() > 0 else 0.0,
             "factor": float(factor_now[k]), "running_gpus": float(rate[k]),
-            "over_share": bool(over), "recovers_in_s": recovery,
-            "factor_in_one_half_life": float(fproj[np.searchsorted(ahead, half_life), k]),
-            "usage_history": [{"ts": float(t), "usage_gpu_hours": float(u) / 3600.0,
-                               "factor": float(f)} for t, u, f in
-                              zip(past, usage_hist[:, k], _factor(usage_hist, share_fraction)[:, k], strict=True)],
+            "over_share": bool(over), "recovers_in_s": recovery[k],
+            "factor_in_one_half_life": float(in_one[k]),
+            "usage_history": [{"ts": float(t), "usage_gpu_hours": float(u) / 3600.0, "factor": float(f)}
+                              for t, u, f in zip(past, usage_hist[:, k], hist_factor[:, k], strict=True)],
         })
     teams.sort(key=lambda t: t["team"])
     return {"teams": teams, "half_life_s": half_life, "as_of": now,
