@@ -174,7 +174,8 @@ def _limits(plan: SchedulePlan, i: int) -> dict[str, Any]:
     considered = i in plan._outcomes  # noqa: SLF001 - which jobs the admission walk reached
     out["scheduling_depth"] = {"depth": depth, "considered_this_cycle": bool(considered),
                                "rule": "scheduling depth (queueing.scheduling_depth): jobs past it wait "
-                                       "for a later cycle"}
+                                       "for a later cycle; the walk also stops once nothing is free, no "
+                                       "reservation is left to give and no job may preempt"}
     if policy.queueing.strategy == "strict":
         out["strict_fifo"] = {"scope": policy.queueing.scope,
                               "rule": "strict FIFO (queueing.strategy): a blocked head blocks its scope"}
@@ -280,7 +281,8 @@ def _summary(chain: dict[str, Any]) -> list[str]:
     if "quota" in lim and not lim["quota"]["fits"]:
         out.append(f"Its team's quota is spent: {lim['quota']['detail']} (quota admission).")
     if not lim["scheduling_depth"]["considered_this_cycle"] and d["action"] == "wait":
-        out.append("It is past the scheduling depth this cycle (scheduling depth).")
+        out.append("This cycle's admission walk stopped before it: nothing free for it and the reservations "
+                   "given, or past the scheduling depth (scheduling depth).")
     e = chain["start_estimate"]
     if e["p50_wait_s"] is not None:
         out.append(f"Estimated start in {e['p50_wait_s'] / 3600:.1f} h (start estimate).")

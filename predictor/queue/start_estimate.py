@@ -346,8 +346,11 @@ def estimate_starts(plan: SchedulePlan, running_durations: Sequence[np.ndarray] 
     if running_durations is None:
         d90 = np.where(np.isfinite(run.predicted_end_ts), run.predicted_end_ts - run.start_ts, rcfg.unknown_duration_s)
         ends = running_quantile_ends(run.start_ts, [d90, d90, d90], now, rcfg.overrun_extension_s)
-    else:
-        ends = running_quantile_ends(run.start_ts, running_durations, now, rcfg.overrun_extension_s)
+    else:  # a run without a prediction: the rules layer's own p90 end (from its limit or the default)
+        known = np.where(np.isfinite(run.predicted_end_ts), run.predicted_end_ts - run.start_ts, rcfg.unknown_duration_s)
+        given = [np.asarray(d, dtype=np.float64) for d in running_durations]
+        given = [np.where(np.isfinite(d), d, known) for d in given]
+        ends = running_quantile_ends(run.start_ts, given, now, rcfg.overrun_extension_s)
     p = ctx.pending
     grace = float(policy.preemption.grace_s)
     until = None if rows is None else {int(r) for r in rows}
