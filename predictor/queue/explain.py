@@ -85,6 +85,7 @@ def _could_run_on(plan: SchedulePlan, i: int) -> dict[str, Any]:
     for t in allowed:
         nodes = np.flatnonzero(lay.node_type == t) if lay.n_nodes else np.zeros(0, np.int64)
         types.append({"gpu_type": lay.gpu_types[t], "gpus": int(counts[t]), "nodes": len(nodes),
+                      "example_nodes": [lay.node_names[n] for n in nodes[:5]],
                       "enough_for_gang": bool(counts[t] >= k),
                       "nodes_holding_whole_gang": int((lay.node_gpus[nodes] >= k).sum())})
     ever = any(t["enough_for_gang"] for t in types)
@@ -212,6 +213,15 @@ def _what_if(plan: SchedulePlan, est: StartEstimates, i: int, rank: np.ndarray,
         start = est.start_with(i, num_gpus=k // 2)
         options.append({"change": f"ask for {k // 2} GPUs instead of {k} (needs the job to run on fewer)",
                         "p50_start_ts": _num(start), "rule": "start estimate: a smaller gang fits earlier holes"})
+    # another queue: under strict FIFO per queue, a queue whose head does not block it
+    q = ctx.policy.queueing
+    if q.strategy == "strict" and q.scope == "queue":
+        mine = int(p.queue[i])
+        for code, name in enumerate(ctx.snapshot.queues):
+            if code != mine:
+                start = est.start_with(i, scope=code)
+                options.append({"change": f"submit to queue {name}", "p50_start_ts": _num(start),
+                                "rule": "strict FIFO per queue (queueing.strategy strict, scope queue)"})
     # a shorter time limit: what the time-limit plan (squeue --start's view) would say; the model's own
     # estimate plans on predictions, so a limit changes it only for a job without one
     limit, suggested = float(p.time_limit_s[i]), decision.time_limit_s

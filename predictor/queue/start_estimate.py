@@ -172,15 +172,17 @@ class StartEstimates:
         return doc
 
     def start_with(self, i: int, *, allowed: np.ndarray | None = None, position: int | None = None,
-                   num_gpus: int | None = None, duration: float | None = None, quantile: int = 1) -> float:
+                   num_gpus: int | None = None, duration: float | None = None, quantile: int = 1,
+                   scope: int | None = None) -> float:
         """Start of row ``i`` (at quantile ``QUANTILES[quantile]``, p50 by default) if it asked for other
         GPU types (``allowed``), another GPU count, ran ``duration`` seconds, or sat at another
         ``position`` of the priority order (what-if; the jobs ahead are booked as planned). ``i = -1``:
-        a job not in the plan (``allowed``, ``position``, ``num_gpus`` and ``duration`` required)."""
+        a job not in the plan (``allowed``, ``position``, ``num_gpus`` and ``duration`` required).
+        ``scope``: another strict-FIFO scope (queue code) for it."""
         if not self._walks:
             raise RuntimeError("estimate made without what-if support (estimate_starts(what_if=True))")
         return self._walks[quantile].what_if(i, allowed=allowed, position=position, num_gpus=num_gpus,
-                                             duration=duration)
+                                             duration=duration, scope=scope)
 
 
 class _Walk:
@@ -219,13 +221,15 @@ class _Walk:
             self.checks.append(([p.copy() for p in self.profiles], {}))
 
     def place(self, i: int, profiles: list[FreeProfile], floor: dict[int, float],
-              allowed: np.ndarray | None = None, k: int | None = None, duration: float | None = None) -> float:
+              allowed: np.ndarray | None = None, k: int | None = None, duration: float | None = None,
+              scope: int | None = None) -> float:
         """Book row ``i`` at its earliest start; under strict queueing no earlier than the jobs ahead of
         it in its scope (rule *strict FIFO*: the head blocks the rest)."""
         allowed = self.allowed[i] if allowed is None else allowed
         k = int(self.ctx.pending.num_gpus[i]) if k is None else k
         d = float(self.dur[i]) if duration is None else float(duration)
-        scope = int(self.scope[i]) if i >= 0 else 0
+        if scope is None:
+            scope = int(self.scope[i]) if i >= 0 else 0
         not_before = floor.get(scope, -math.inf) if self.strict else -math.inf
         best, best_t = math.inf, -1
         for t in np.flatnonzero(allowed):
@@ -290,7 +294,7 @@ class _Walk:
             self.start[rows[mine]] = np.maximum(self._when(int(t), before), self.now)
 
     def what_if(self, i: int, *, allowed: np.ndarray | None, position: int | None,
-                num_gpus: int | None, duration: float | None) -> float:
+                num_gpus: int | None, duration: float | None, scope: int | None = None) -> float:
         order = self.order.tolist()
         if i < 0 and None in (allowed, position, num_gpus, duration):
             raise ValueError("a job not in the plan needs allowed, position, num_gpus and duration")
@@ -305,7 +309,8 @@ class _Walk:
             if j == i or action[j] in ("start", "preempt", "reject") or int(self.ctx.sizing.flavor[j]) < 0:
                 continue
             self.place(j, profiles, floor)
-        return max(self.place(i, profiles, floor, allowed=allowed, k=num_gpus, duration=duration), self.now)
+        return max(self.place(i, profiles, floor, allowed=allowed, k=num_gpus, duration=duration, scope=scope),
+                   self.now)
 
     def _fluid_what_if(self, i: int, pos: int, allowed: np.ndarray | None, num_gpus: int | None,
                        duration: float | None) -> float:

@@ -86,3 +86,21 @@ def test_unknown_or_running_job_is_a_key_error() -> None:
     inv = Inventory(nodes=(Node("n0", "A100-80GB", 8),))
     with pytest.raises(KeyError):
         _explain(inv, [make_job("a").gpus(1).submitted(NOW)], job_id="nope")
+
+
+def test_under_strict_fifo_per_queue_another_queue_is_offered() -> None:
+    from predictor.policy.config import QueueingConfig
+
+    inv = Inventory(nodes=(Node("n0", "A100-80GB", 8), Node("n1", "A100-80GB", 8)))
+    running = [make_running("r").gpus(8).on("n0").started(NOW - 60).ends(NOW + 7200)]
+    jobs = [make_job("head").gpus(16).predict(100).queue("busy").tier("production").submitted(NOW - 100),
+            make_job("w").gpus(4).predict(5000).queue("busy").tier("best_effort").submitted(NOW - 50),
+            make_job("other").gpus(1).predict(600).queue("quiet").tier("best_effort").submitted(NOW - 40)]
+    snap = SnapshotBuilder(inv).pending(*jobs).running(*running).build(now=NOW)
+    policy = load_policy(None).model_copy(update={"queueing": QueueingConfig(strategy="strict", scope="queue")})
+    plan = decide(snap, policy)
+    est = estimate_starts(plan, [np.full(1, 7200.0)] * 3, what_if=True)
+    doc = explain_job(plan, est, "w")
+    assert doc["chain"]["limits"]["strict_fifo"]["scope"] == "queue"
+    moved = next(o for o in doc["chain"]["what_if"]["options"] if o["change"] == "submit to queue quiet")
+    assert moved["gain_s"] > 3600  # behind the blocked head of "busy" it waits for it; in "quiet" it fits now
