@@ -5,7 +5,9 @@ priority order and book each on a free-GPU profile of its GPU types, at the earl
 is free for its whole predicted run (conservative backfilling: a job never delays one ahead of it,
 and a small short job may land in a hole before a big one). The profile starts from the running
 jobs' predicted ends; jobs the plan starts now (or after a preemption's grace) are booked first on
-the GPUs the plan gave them. The walk is run three times, every duration at its 10th, 50th and 90th
+the GPUs the plan gave them; in the p90 walk a job the plan reserved for starts no earlier than its
+reservation (rule *reservation floor*: the plan sees placement classes and topology, the walk does
+not). The walk is run three times, every duration at its 10th, 50th and 90th
 percentile (the running jobs' remaining times and the pending jobs' run times alike): the p10 and p90
 starts bound the interval, the p50 start is the estimate.
 
@@ -189,7 +191,7 @@ class _Walk:
     """One walk of the priority order on per-type free profiles (see the module docstring)."""
 
     def __init__(self, ctx: CycleContext, plan: SchedulePlan, durations: np.ndarray, run_end: np.ndarray,
-                 grace_s: float, *, checkpoints: bool = False) -> None:
+                 grace_s: float, *, checkpoints: bool = False, reservations_bind: bool = False) -> None:
         self.ctx, self.plan, self.dur = ctx, plan, durations
         snap, lay = ctx.snapshot, ctx.layout
         now = self.now = float(snap.now)
@@ -204,6 +206,14 @@ class _Walk:
             busy[a.gpus] = begin + durations[a.pending_row]
             self.start[a.pending_row] = begin
             self.basis[a.pending_row] = "preempts" if a.victims else "starts now"
+        # rule *reservation floor*: the plan reserved capacity from its p90 picture of the cluster (with
+        # placement classes and topology the walk does not see); in the p90 walk a reserved job starts
+        # no earlier than its reservation
+        self.reserved_from: dict[int, float] = {}
+        if reservations_bind:
+            for d in plan.decisions:
+                if d.reservation is not None:
+                    self.reserved_from[int(d.extra["pending_row"])] = float(d.reservation.start_ts)
         self.types = [np.flatnonzero(lay.gpu_type == t) for t in range(lay.n_types)]
         self.profiles = [FreeProfile(now, len(g), busy[g]) for g in self.types]
         self.allowed = ctx.sizing.allowed
@@ -231,6 +241,8 @@ class _Walk:
         if scope is None:
             scope = int(self.scope[i]) if i >= 0 else 0
         not_before = floor.get(scope, -math.inf) if self.strict else -math.inf
+        if i in self.reserved_from:
+            not_before = max(not_before, self.reserved_from[i])
         best, best_t = math.inf, -1
         for t in np.flatnonzero(allowed):
             s = profiles[t].earliest(k, d, not_before)
@@ -362,7 +374,7 @@ def estimate_starts(plan: SchedulePlan, running_durations: Sequence[np.ndarray] 
     starts, walks = [], []
     for q, name in enumerate(QUANTILES):
         dur = ctx._fallback_duration(getattr(p, f"{name}_s"))  # noqa: SLF001 - the rules layer's own fallback
-        walk = _Walk(ctx, plan, dur, ends[q], grace, checkpoints=what_if)
+        walk = _Walk(ctx, plan, dur, ends[q], grace, checkpoints=what_if, reservations_bind=name == "p90")
         starts.append(walk.run(until))
         walks.append(walk)
     lo, mid, hi = starts
