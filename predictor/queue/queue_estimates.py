@@ -44,6 +44,7 @@ class Estimated:
     made_at: float
     decided_s: float  # CPU seconds deciding and estimating took
     priority_desc: np.ndarray  # -priority along plan.order (for positioning a candidate)
+    row_of: dict[str, int]  # pending job id -> its row
 
 
 def running_inputs(db: Database, job_ids: np.ndarray, start_ts: np.ndarray,
@@ -103,8 +104,10 @@ class QueueEstimates:
                                   what_if=True)
             rank = np.empty(len(plan.order), dtype=np.int64)
             rank[plan.order] = np.arange(len(plan.order))
+            plan_ids = est.job_id.tolist()
             out = Estimated(plan, est, rank, picture.seq, now, time.process_time() - t0,
-                            -plan.priority[plan.order].astype(np.float64))
+                            -plan.priority[plan.order].astype(np.float64),
+                            {str(j): k for k, j in reversed(list(enumerate(plan_ids)))})
             self._kept = (picture, policy, out)
             return out
 
@@ -116,11 +119,8 @@ class QueueEstimates:
     def estimate_of(self, job_id: str, now: float | None = None) -> dict[str, Any] | None:
         """The start estimate of a tracked pending job (None if it is not pending)."""
         cur = self.current(now)
-        try:
-            i = int(cur.plan.decision_for(job_id).extra["pending_row"])
-        except KeyError:
-            return None
-        return cur.estimates.row_doc(i)
+        i = cur.row_of.get(job_id)
+        return None if i is None else cur.estimates.row_doc(i)
 
     def candidate(self, decision: Decision, *, num_gpus: int, gpu_milli: int, peak_upper_mib: float | None,
                   requested: tuple[str, ...], durations: tuple[float, float, float],
