@@ -63,7 +63,10 @@ def register(app: typer.Typer) -> None:
         reservations, limits, its start estimate, and the change that starts it soonest.
 
         Reads the service's state store (PREDICTOR_DATABASE_URL, PREDICTOR_POLICY_FILE,
-        PREDICTOR_INVENTORY_FILE, as `predictor serve`). Example: `predictor explain train-42`."""
+        PREDICTOR_INVENTORY_FILE, as `predictor serve`).
+
+        Example: predictor explain train-42 --json
+        """
         from predictor.queue.queue_estimates import QueueEstimates
 
         db, engine = open_tracked_queue()

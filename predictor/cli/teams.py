@@ -27,7 +27,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Per team: decayed usage, share, fair-share factor, and how long until the factor recovers
         (back to 0.5) if every team keeps the GPUs it holds now. Reads the service's state store
-        (PREDICTOR_DATABASE_URL, as `predictor serve`). Example: `predictor teams nlp --json`."""
+        (PREDICTOR_DATABASE_URL, as `predictor serve`).
+
+        Example: predictor teams nlp --json
+        """
         from predictor.cli.explain import open_tracked_queue
         from predictor.queue.teams_view import team_fairshare, teams_fairshare
 
