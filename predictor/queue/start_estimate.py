@@ -7,7 +7,8 @@ and a small short job may land in a hole before a big one). The profile starts f
 jobs' predicted ends; jobs the plan starts now (or after a preemption's grace) are booked first on
 the GPUs the plan gave them; in the p90 walk a job the plan reserved for starts no earlier than its
 reservation (rule *reservation floor*: the plan sees placement classes and topology, the walk does
-not). The walk is run three times, every duration at its 10th, 50th and 90th
+not); and a job the plan does not start now starts no earlier than the first running job's end
+(rule *no start before a change*). The walk is run three times, every duration at its 10th, 50th and 90th
 percentile (the running jobs' remaining times and the pending jobs' run times alike): the p10 and p90
 starts bound the interval, the p50 start is the estimate.
 
@@ -209,6 +210,10 @@ class _Walk:
         # rule *reservation floor*: the plan reserved capacity from its p90 picture of the cluster (with
         # placement classes and topology the walk does not see); in the p90 walk a reserved job starts
         # no earlier than its reservation
+        # rule *no start before a change*: a job the plan does not start now cannot start before the
+        # cluster changes, the first running job's end (at this walk's quantile)
+        later = run_end[run_end > now] if len(run_end) else run_end
+        self.next_change = float(later.min()) if len(later) else now
         self.reserved_from: dict[int, float] = {}
         if reservations_bind:
             for d in plan.decisions:
@@ -243,6 +248,8 @@ class _Walk:
         not_before = floor.get(scope, -math.inf) if self.strict else -math.inf
         if i in self.reserved_from:
             not_before = max(not_before, self.reserved_from[i])
+        if i >= 0 and self.plan.action[i] in ("wait", "reserve"):
+            not_before = max(not_before, self.next_change)
         best, best_t = math.inf, -1
         for t in np.flatnonzero(allowed):
             s = profiles[t].earliest(k, d, not_before)
