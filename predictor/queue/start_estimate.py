@@ -237,7 +237,7 @@ class _Walk:
 
     def place(self, i: int, profiles: list[FreeProfile], floor: dict[int, float],
               allowed: np.ndarray | None = None, k: int | None = None, duration: float | None = None,
-              scope: int | None = None) -> float:
+              scope: int | None = None, as_planned: bool = True) -> float:
         """Book row ``i`` at its earliest start; under strict queueing no earlier than the jobs ahead of
         it in its scope (rule *strict FIFO*: the head blocks the rest)."""
         allowed = self.allowed[i] if allowed is None else allowed
@@ -246,9 +246,9 @@ class _Walk:
         if scope is None:
             scope = int(self.scope[i]) if i >= 0 else 0
         not_before = floor.get(scope, -math.inf) if self.strict else -math.inf
-        if i in self.reserved_from:
+        if as_planned and i in self.reserved_from:
             not_before = max(not_before, self.reserved_from[i])
-        if i >= 0 and self.plan.action[i] in ("wait", "reserve"):
+        if as_planned and i >= 0 and self.plan.action[i] in ("wait", "reserve"):
             not_before = max(not_before, self.next_change)
         best, best_t = math.inf, -1
         for t in np.flatnonzero(allowed):
@@ -328,8 +328,9 @@ class _Walk:
             if j == i or action[j] in ("start", "preempt", "reject") or int(self.ctx.sizing.flavor[j]) < 0:
                 continue
             self.place(j, profiles, floor)
-        return max(self.place(i, profiles, floor, allowed=allowed, k=num_gpus, duration=duration, scope=scope),
-                   self.now)
+        # the changed job is not the job the plan decided on: neither its reservation nor its "wait" binds
+        return max(self.place(i, profiles, floor, allowed=allowed, k=num_gpus, duration=duration, scope=scope,
+                              as_planned=False), self.now)
 
     def _fluid_what_if(self, i: int, pos: int, allowed: np.ndarray | None, num_gpus: int | None,
                        duration: float | None) -> float:
