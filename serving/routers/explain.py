@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import numpy as np
 from fastapi import APIRouter, HTTPException, status
 
-from predictor.engine.engine import Scored
+from predictor.policy.decision import Decision
 from predictor.queue.queue_estimates import QueueEstimates
 from serving.deps import PrincipalDep, ServiceDep
 from serving.schemas.explain import ExplainPublic
@@ -26,16 +27,21 @@ def queue_estimates(service: Service) -> QueueEstimates:
     return kept
 
 
-def candidate_starts(service: Service, specs: Sequence[JobSpec], scored: Sequence[Scored], now: float) -> list[dict]:
-    """When each scored job would start if submitted now (``QueueEstimates.candidate``)."""
+def candidate_starts(service: Service, specs: Sequence[JobSpec], decisions: Sequence[Decision],
+                     durations: Sequence[Sequence[float]], peak_upper_mib: Sequence[float], now: float) -> list[dict]:
+    """When each scored job would start if submitted now (``QueueEstimates.candidate``): ``decisions``
+    in the order of ``specs``, ``durations`` the (p10, p50, p90) columns of their predictions (seconds),
+    ``peak_upper_mib`` their predicted peak memory upper bounds (NaN: none)."""
     est = queue_estimates(service)
+    p10, p50, p90 = (np.asarray(d, dtype=np.float64) for d in durations)
+    peak = np.asarray(peak_upper_mib, dtype=np.float64)
     out = []
-    for spec, s in zip(specs, scored, strict=True):
-        p = s.prediction
+    for k, (spec, d) in enumerate(zip(specs, decisions, strict=True)):
         out.append(est.candidate(
-            s.decision, num_gpus=int(spec.num_gpus or 1), gpu_milli=int(spec.gpu_milli or 1000),
-            peak_upper_mib=p.peak_vram_upper_mib, requested=(spec.gpu_type,) if spec.gpu_type else (),
-            durations=(p.duration_p10_s, p.duration_p50_s, p.duration_p90_s), now=now))
+            d, num_gpus=int(spec.num_gpus or 1), gpu_milli=int(spec.gpu_milli or 1000),
+            peak_upper_mib=float(peak[k]) if np.isfinite(peak[k]) else None,
+            requested=(spec.gpu_type,) if spec.gpu_type else (),
+            durations=(float(p10[k]), float(p50[k]), float(p90[k])), now=now))
     return out
 
 

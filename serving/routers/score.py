@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
+import numpy as np
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import Response
 
@@ -45,5 +46,11 @@ async def score(body: ScoreRequest, service: ServiceDep, principal: PrincipalDep
     fallbacks = sum(s.prediction.fallback for s in scored)
     if fallbacks:
         service.metrics.fallback_predictions.inc(fallbacks)
-    starts = candidate_starts(service, specs, scored, now) if start_estimate else None
+    starts = None
+    if start_estimate:
+        preds = [s.prediction for s in scored]
+        starts = candidate_starts(service, specs, [s.decision for s in scored],
+                                  [[getattr(p, f"duration_{q}_s") for p in preds] for q in ("p10", "p50", "p90")],
+                                  [np.nan if p.peak_vram_upper_mib is None else p.peak_vram_upper_mib for p in preds],
+                                  now)
     return score_response(scored, model, now, start_estimates=starts)
