@@ -36,7 +36,8 @@ class JSONBytes(Response):
     media_type = "application/json"
 
 
-def score_response(scored: Sequence[Scored], model: LoadedModel, now: float) -> Response:
+def score_response(scored: Sequence[Scored], model: LoadedModel, now: float,
+                   start_estimates: Sequence[dict] | None = None) -> Response:
     fallback = any(s.prediction.fallback for s in scored)
     reasons = [s.prediction.fallback_reason for s in scored if s.prediction.fallback_reason]
     body = {
@@ -46,13 +47,17 @@ def score_response(scored: Sequence[Scored], model: LoadedModel, now: float) -> 
                   "fallback": fallback, "fallback_reason": reasons[0] if reasons else model.fallback_reason},
         "scored_at": now,
     }
+    if start_estimates is not None:
+        for result, start in zip(body["results"], start_estimates, strict=True):
+            result["start_estimate"] = start
     headers = {"x-model-version": model.version, "x-model-fallback": "true" if model.fallback else "false"}
     # orjson: several times faster than json.dumps on a batch's documents (which hold no NaN: the codec
     # writes non-finite numbers as null)
     return JSONBytes(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), headers=headers)
 
 
-def batch_response(batch: ScoredBatch, now: float, *, degraded: str | None = None) -> Response:
+def batch_response(batch: ScoredBatch, now: float, *, degraded: str | None = None,
+                   start_estimates: Sequence[dict] | None = None) -> Response:
     """``score_response`` for a :class:`ScoredBatch`: prediction documents straight from the columns,
     the Decisions through the codec, encoded once by orjson. ``degraded``: why the service answered
     with less than it would (``"deadline"``: the analytic fallback, past the caller's deadline)."""
@@ -66,6 +71,9 @@ def batch_response(batch: ScoredBatch, now: float, *, degraded: str | None = Non
             "model": {"version": model.version, "fallback": bool(fallback_col.any()),
                       "fallback_reason": reasons[0] if reasons else model.fallback_reason},
             "scored_at": now}
+    if start_estimates is not None:  # POST /v1/score?start_estimate=true (docs/explain.md)
+        for result, start in zip(results, start_estimates, strict=True):
+            result["start_estimate"] = start
     headers = {"x-model-version": model.version, "x-model-fallback": "true" if model.fallback else "false"}
     if degraded is not None:
         body["degraded"] = degraded

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -92,6 +92,9 @@ def register(app: typer.Typer) -> None:
             "replay the policies in parallel on a local Dask cluster of K worker processes"))] = None,
         dask_scheduler: Annotated[str | None, typer.Option("--dask-scheduler", help=(
             "replay the policies in parallel on an existing Dask scheduler (tcp://HOST:8786)"))] = None,
+        start_estimates: Annotated[bool, typer.Option("--start-estimates", help=(
+            "record each job's start estimate at submit and measure it against the replayed start "
+            "(report.json extra.POLICY.start_estimate; replays in this process, plans at every arrival)"))] = False,
     ) -> None:
         """Replay a job history on an inventory under several policies; write report.json + report.html.
 
@@ -122,7 +125,14 @@ def register(app: typer.Typer) -> None:
             sim=SimConfig(default_checkpoint_s=default_checkpoint_s, show_progress=progress, cycle_s=cycle_s),
             metrics=MetricsConfig(starvation_s=starvation_hours * 3600.0, fairness_window_s=fairness_window_s),
         )
-        with _replay_many(workers, dask_scheduler) as replay_many:
+        if start_estimates and (workers is not None or dask_scheduler is not None):
+            raise InputError("--start-estimates replays in this process: drop --workers / --dask-scheduler")
+        estimating = None
+        if start_estimates:
+            from predictor.sim.start_estimates import replay_with_estimates
+
+            estimating = replay_with_estimates()
+        with _replay_many(workers, dask_scheduler) if estimating is None else nullcontext(estimating) as replay_many:
             records, run = run_experiment(frame, inventory, names, config,
                                           policy_file=None if policy_file is None else str(policy_file),
                                           on_phase=lambda msg: _out.print(f"[dim]{msg}[/]"), replay_many=replay_many)
@@ -131,7 +141,8 @@ def register(app: typer.Typer) -> None:
             write_atomic(out / "rejects.csv", lambda p: rejects.to_csv(p, index=False))
             _out.print(f"{len(rejects):,} row(s) failed validation: {out / 'rejects.csv'}")
         with output_errors(out):
-            json_path, html_path = write_report(records, run, out, config.metrics)
+            json_path, html_path = write_report(records, run, out, config.metrics,
+                                                start_estimates=None if estimating is None else estimating.reports(records))
         _print_skipped(run)
         _print_table(json_path)
         typer.echo(f"wrote {json_path} and {html_path}")

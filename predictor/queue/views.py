@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,9 +18,12 @@ from predictor.store.jobs import job_doc, live_jobs, reservation_row_doc, reserv
 __all__ = ["queue_view", "reservations_view", "teams_view"]
 
 
-def queue_view(db: Database, engine: Engine, now: float, team: str | None = None) -> dict[str, Any]:
+def queue_view(db: Database, engine: Engine, now: float, team: str | None = None,
+               start_estimate: Callable[[str], dict | None] | None = None) -> dict[str, Any]:
     """Pending jobs in priority order, each with the decision made for it now (factor breakdown
-    included), then running jobs. ``team`` limits the list (ranks stay those of the whole queue)."""
+    included), then running jobs. ``team`` limits the list (ranks stay those of the whole queue).
+    ``start_estimate``: job id -> its start estimate (``QueueEstimates.estimate_of``), added to each
+    pending job."""
     with db.session() as s:
         seq = last_seq(s)
         rows = live_jobs(s)
@@ -30,7 +34,10 @@ def queue_view(db: Database, engine: Engine, now: float, team: str | None = None
     for rank, decision in enumerate(plan.queue(), start=1):
         row = by_id[decision.job_id]
         if team is None or row.team == team:
-            out.append({**job_doc(row), "decision": decision_doc(decision), "rank": rank})
+            entry = {**job_doc(row), "decision": decision_doc(decision), "rank": rank}
+            if start_estimate is not None:
+                entry["start_estimate"] = start_estimate(decision.job_id)
+            out.append(entry)
     for row in rows:
         if row.status == "running" and (team is None or row.team == team):
             out.append({**job_doc(row), "rank": None})

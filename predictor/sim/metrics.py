@@ -43,6 +43,7 @@ __all__ = [
     "window_integrals",
     "team_windows",
     "policy_metrics",
+    "start_estimate_metrics",
 ]
 
 #: The keys every policy has in ``report.json`` (the issue's contract), in report order.
@@ -280,3 +281,34 @@ def _lost_by_checkpoint_kind(record: ReplayRecord, lost_gpu_h: np.ndarray) -> di
     by_kind = np.bincount(np.where(kinds < 0, len(CHECKPOINT_KINDS), kinds)[record.seg_job[preempted]],
                           weights=lost_gpu_h[preempted], minlength=len(names))
     return {name: float(v) for name, v in zip(names, by_kind, strict=True)}
+
+
+#: Tolerance floor of ``within_10pct_of_wait``: one minute (Brown et al.'s "within one minute").
+START_TOLERANCE_FLOOR_S = 60.0
+
+
+def start_estimate_metrics(estimate: np.ndarray, actual: np.ndarray, wait: np.ndarray,
+                           lo: np.ndarray | None = None, hi: np.ndarray | None = None) -> dict:
+    """How well start-time estimates made at submit matched the replayed starts.
+
+    ``n``: jobs with an estimate that started; ``median_abs_error_s``: median of
+    ``|estimate - start|`` (a job estimated never to start counts as infinitely wrong);
+    ``within_10pct_of_wait``: fraction with an error within 10 % of the job's replayed wait (at least
+    ``START_TOLERANCE_FLOOR_S``); ``coverage``: fraction of starts inside ``[lo, hi]`` (the p10-p90
+    interval), or, for a point estimate (no interval: the time-limit plan, which ``squeue --start``
+    presents as a bound), the fraction that started no later than the estimate.
+    """
+    estimate = np.asarray(estimate, dtype=np.float64)
+    actual = np.asarray(actual, dtype=np.float64)
+    n = len(actual)
+    if n == 0:
+        return {"n": 0, "median_abs_error_s": None, "coverage": None, "within_10pct_of_wait": None}
+    err = np.where(np.isfinite(estimate), np.abs(estimate - actual), np.inf)
+    tol = np.maximum(0.1 * np.asarray(wait, dtype=np.float64), START_TOLERANCE_FLOOR_S)
+    if lo is not None and hi is not None:
+        inside = (np.nan_to_num(lo, nan=np.inf) <= actual + 1e-6) & (actual <= np.nan_to_num(hi, nan=-np.inf) + 1e-6)
+    else:
+        inside = actual <= np.nan_to_num(estimate, nan=-np.inf) + 1e-6
+    med = float(np.median(err))
+    return {"n": int(n), "median_abs_error_s": med if np.isfinite(med) else None,
+            "coverage": float(inside.mean()), "within_10pct_of_wait": float((err <= tol).mean())}

@@ -2,7 +2,10 @@
 
 ``report.json`` is ``{"policies": {NAME: {<METRIC_KEYS>}}, "extra": {NAME: {...}}, "run": {...}}``:
 ``policies`` holds exactly the issue's metric set per policy, ``extra`` the additional figures
-(per-team share against entitlement, out-of-memory crashes, replay speed...), ``run`` what was
+(per-team share against entitlement, out-of-memory crashes, replay speed, and with
+``--start-estimates`` the ``start_estimate`` block: ``{"model": {n, median_abs_error_s, coverage,
+within_10pct_of_wait, queued_at_submit}, "time_limit": {...}}``, ``time_limit`` absent where the log
+has no limits), ``run`` what was
 replayed on what (input, split, inventory, assumptions). NaN is written as ``null``.
 
 ``report.html`` is one self-contained file (figures are PNGs embedded as base64, drawn by
@@ -47,8 +50,10 @@ def _clean(value):
     return value
 
 
-def build_report(records: list[ReplayRecord], run: Mapping, config: MetricsConfig | None = None) -> dict:
-    """The ``report.json`` document for a list of replays (one per policy)."""
+def build_report(records: list[ReplayRecord], run: Mapping, config: MetricsConfig | None = None,
+                 start_estimates: Mapping[str, dict] | None = None) -> dict:
+    """The ``report.json`` document for a list of replays (one per policy). ``start_estimates``: policy
+    -> its ``start_estimate`` block (``predictor.sim.start_estimates``), put in ``extra.POLICY``."""
     policies: dict[str, dict] = {}
     extra: dict[str, dict] = {}
     for rec in records:
@@ -59,6 +64,9 @@ def build_report(records: list[ReplayRecord], run: Mapping, config: MetricsConfi
         base = extra["fifo"]["oom_failures"]
         for more in extra.values():
             more["oom_avoided_vs_fifo"] = base - more["oom_failures"]
+    for name, block in (start_estimates or {}).items():
+        if name in extra:
+            extra[name]["start_estimate"] = dict(block)
     return _clean({"policies": policies, "extra": extra, "run": dict(run)})
 
 
@@ -77,7 +85,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def write_report(records: list[ReplayRecord], run: Mapping, out_dir: Path,
-                 config: MetricsConfig | None = None) -> tuple[Path, Path]:
+                 config: MetricsConfig | None = None, start_estimates: Mapping[str, dict] | None = None
+                 ) -> tuple[Path, Path]:
     """Write ``report.json``, ``report.html`` and ``jobs.parquet`` (one row per replayed job and policy,
     ``ReplayRecord.jobs_frame``) into ``out_dir`` (created if needed), each atomically.
 
@@ -87,7 +96,7 @@ def write_report(records: list[ReplayRecord], run: Mapping, out_dir: Path,
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    doc = build_report(records, run, config)
+    doc = build_report(records, run, config, start_estimates)
     json_path, html_path = out_dir / "report.json", out_dir / "report.html"
     page = render_html(doc, records, config or MetricsConfig())
     _atomic_write(json_path, (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 from predictor.queue.views import queue_view, reservations_view, teams_view
 from serving.deps import PrincipalDep, ServiceDep
+from serving.routers.explain import queue_estimates
 from serving.schemas.queue import QueueView, ReservationList, TeamList
 
 router = APIRouter(prefix="/v1", tags=["queue"])
@@ -18,7 +19,10 @@ def get_queue(service: ServiceDep, principal: PrincipalDep) -> dict:
     """Each pending job carries the decision made for it now: priority with each factor's value,
     weight and contribution, action, flavor, placement or reservation, and a readable reason.
     Members see their team's jobs (ranks are those of the whole queue)."""
-    return queue_view(service.db, service.engine, time.time(), principal.team if principal.is_member else None)
+    now = time.time()
+    estimates = queue_estimates(service)
+    return queue_view(service.db, service.engine, now, principal.team if principal.is_member else None,
+                      start_estimate=lambda job_id: estimates.estimate_of(job_id, now))
 
 
 @router.get("/reservations", response_model=ReservationList, summary="Capacity reserved for pending jobs")

@@ -15,6 +15,7 @@ from predictor.engine.queue_picture import frame_of
 from serving.convert import batch_response, job_columns
 from serving.deps import PrincipalDep, ServiceDep
 from serving.load_shedding import arrived_at
+from serving.routers.explain import candidate_starts
 from serving.schemas.jobs import JobSpec
 from serving.schemas.score import ScoreRequest, ScoreResponse
 from serving.service import Service
@@ -37,6 +38,9 @@ async def score(body: ScoreRequest, request: Request, service: ServiceDep, princ
                     "placement, reservation), without the readable parts: factor details and warnings are "
                     "empty and the reason is terse. Less work per job (about a third of the rules layer's "
                     "time for a batch)."))] = True,
+                start_estimate: Annotated[bool, Query(description=(
+                    "true: each result also says when the job would start if submitted now (p10/p50/p90, "
+                    "from the tracked queue's plan; see docs/explain.md)."))] = False,
                 x_deadline_ms: Annotated[float | None, Header(gt=0, le=3_600_000, description=DEADLINE_HELP)] = None,
                 ) -> Response:
     """Predict duration, peak memory and placement slowdown, and decide priority, flavor, placement or
@@ -70,7 +74,13 @@ async def score(body: ScoreRequest, request: Request, service: ServiceDep, princ
     fallbacks = int(np.count_nonzero(batch.predicted["fallback"]))
     if fallbacks:
         service.metrics.fallback_predictions.inc(fallbacks)
-    return batch_response(batch, now, degraded=degraded)
+    starts = None
+    if start_estimate:
+        pred = batch.predicted
+        starts = candidate_starts(service, specs, batch.decisions,
+                                  [np.asarray(pred[f"duration_{q}_s"], dtype=np.float64).tolist() for q in ("p10", "p50", "p90")],
+                                  np.asarray(pred["peak_vram_upper_mib"], dtype=np.float64).tolist(), now)
+    return batch_response(batch, now, degraded=degraded, start_estimates=starts)
 
 
 def _score(service: Service, columns: dict, now: float, explain: bool, fallback_reason: str | None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from serving.schemas.explain import StartEstimatePublic
 from serving.schemas.jobs import JobPublic
 from serving.schemas.results import PlacementPublic
 
@@ -14,6 +15,7 @@ class QueueEntry(JobPublic):
     """A live job; pending ones carry the decision made for them now and their rank (1 = next)."""
 
     rank: int | None
+    start_estimate: StartEstimatePublic | None = None  # pending jobs: when they are estimated to start
 
 
 class QueueView(BaseModel):

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
+from serving.schemas.explain import StartEstimatePublic
 from serving.schemas.jobs import JobSpec
 from serving.schemas.results import DecisionPublic, PredictionPublic
 
@@ -39,6 +40,7 @@ class ScoreResult(BaseModel):
     job_id: str
     prediction: PredictionPublic
     decision: DecisionPublic
+    start_estimate: StartEstimatePublic | None = None  # with ?start_estimate=true
 
 
 class ModelInfo(BaseModel):

@@ -4,7 +4,7 @@
 
 const FACTOR_COLORS = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#dc2626", "#0891b2", "#65a30d", "#db2777"];
 const state = { token: null, jobs: new Map(), reservations: new Map(), teams: [], model: null,
-  lastSeq: 0, ws: null, retryMs: 500, factorNames: [], teamsTimer: null };
+  lastSeq: 0, ws: null, retryMs: 500, factorNames: [], teamsTimer: null, startsTimer: null };
 
 const $ = (sel) => document.querySelector(sel);
 const el = (tag, attrs = {}, ...children) => {
@@ -119,10 +119,41 @@ function renderQueue(highlight) {
           ? [fmtMiB(p.peak_vram_mib), el("div", { class: "sub" }, `<= ${fmtMiB(p.peak_vram_upper_mib)}`)] : ["unknown"])),
       el("td", {}, running
         ? el("span", { class: "action running", title: fmtAllocation(j.allocation) || "GPUs not reported" }, "running")
-        : d ? el("span", { class: `action ${d.action}`, title: d.reason }, d.action) : "-"));
+        : d ? el("span", { class: `action ${d.action}`, title: d.reason }, d.action) : "-"),
+      el("td", { class: "num start", title: startTitle(j.start_estimate) }, startText(j, running)));
+    if (!running) tr.addEventListener("click", () => explainJob(j.job_id));
     return tr;
   }));
   $("#queue-count").textContent = `${rows.filter((j) => j.status === "pending").length} pending, ${rows.filter((j) => j.status === "running").length} running`;
+}
+
+// ---- start estimates and the explain panel (GET /v1/jobs/{id}/explain) -------------------------
+const fmtIn = (ts) => (ts === null || ts === undefined) ? "?" : fmtDuration(Math.max(ts - Date.now() / 1000, 0));
+function startText(j, running) {
+  if (running) return "-";
+  const e = j.start_estimate;
+  if (!e) return "?";
+  if (e.basis === "starts now") return "now";
+  return e.p50_ts === null ? "never" : fmtIn(e.p50_ts);
+}
+const startTitle = (e) => e && e.p50_ts !== null ? `p10 ${fmtIn(e.p10_ts)}, p50 ${fmtIn(e.p50_ts)}, p90 ${fmtIn(e.p90_ts)} (${e.basis})` : "";
+
+async function explainJob(jobId) {
+  const doc = await api(`/v1/jobs/${encodeURIComponent(jobId)}/explain`);
+  const ch = doc.chain;
+  $("#explain-job").textContent = jobId;
+  $("#explain-summary").replaceChildren(...doc.summary.map((s) => el("li", {}, s)));
+  const row = (rank, id, team, prio, factors, cls) => el("tr", { class: cls },
+    el("td", { class: "num" }, rank), el("td", { class: "name" }, id ?? "(another team)"), el("td", {}, team ?? "-"),
+    el("td", { class: "num" }, fmtPriority(prio)),
+    el("td", { class: "wide" }, factors.map((f) => `${f.name} ${f.value.toFixed(2)} x ${f.weight}`).join("; ")));
+  $("#explain-ahead tbody").replaceChildren(
+    ...ch.ahead.just_ahead.map((a) => row(a.rank, a.job_id, a.team, a.priority, a.factors, "")),
+    row(ch.ahead.rank, jobId, ch.limits.fairshare?.team, ch.ahead.priority, ch.ahead.factors, "self"));
+  $("#explain-whatif").replaceChildren(...ch.what_if.options.map((o) =>
+    el("li", { class: o === ch.what_if.best || (ch.what_if.best && o.change === ch.what_if.best.change) ? "best" : "" },
+      `${o.change}: ${o.gain_s ? fmtDuration(o.gain_s) + " sooner" : "no gain"}`)));
+  $("#explain-section").hidden = false;
 }
 
 function renderTimeline() {
@@ -199,6 +230,16 @@ function refreshTeamsSoon() {
   state.teamsTimer = setTimeout(async () => { state.teams = (await api("/v1/teams")).teams; renderTeams(); }, 300);
 }
 
+// start estimates move with every change of the queue: re-read them (debounced) from /v1/queue
+function refreshStartsSoon() {
+  clearTimeout(state.startsTimer);
+  state.startsTimer = setTimeout(async () => {
+    const queue = await api("/v1/queue");
+    for (const j of queue.jobs) { const mine = state.jobs.get(j.job_id); if (mine) mine.start_estimate = j.start_estimate; }
+    renderQueue();
+  }, 500);
+}
+
 function applyEvent(ev) {
   if (ev.seq <= state.lastSeq) return;
   state.lastSeq = ev.seq;
@@ -206,12 +247,15 @@ function applyEvent(ev) {
   const data = ev.data || {};
   if (ev.kind.startsWith("job.")) {
     const isNew = !state.jobs.has(data.job.job_id);
+    const before = state.jobs.get(data.job.job_id);
+    if (before && data.job.start_estimate === undefined) data.job.start_estimate = before.start_estimate;
     state.jobs.set(data.job.job_id, data.job);
     renderQueue(isNew ? data.job.job_id : null);
     refreshTeamsSoon();
+    refreshStartsSoon();
   } else if (ev.kind === "decision") {
     const job = state.jobs.get(ev.job_id);
-    if (job) { job.decision = data.decision; renderQueue(); }
+    if (job) { job.decision = data.decision; renderQueue(); refreshStartsSoon(); }
   } else if (ev.kind === "reservation.created" || ev.kind === "reservation.updated") {
     state.reservations.set(ev.job_id, data.reservation); renderTimeline();
   } else if (ev.kind === "reservation.released") {
@@ -252,6 +296,7 @@ window.addEventListener("DOMContentLoaded", () => {
   const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
   if (fromHash) { sessionStorage.setItem("predictor-token", fromHash); history.replaceState(null, "", location.pathname); }
   state.token = sessionStorage.getItem("predictor-token");
+  $("#explain-close").addEventListener("click", () => { $("#explain-section").hidden = true; });
   $("#login").addEventListener("submit", (e) => {
     e.preventDefault();
     state.token = $("#token-input").value.trim();

@@ -89,3 +89,16 @@ def test_unusable_job_tables_are_user_errors(tmp_path, capsys, kind):
     assert code == 2
     err = capsys.readouterr().err
     assert {"empty": "empty", "missing": "does not exist", "not-a-table": "missing column"}[kind] in err
+
+
+def test_start_estimates_are_measured_into_the_report(tmp_path):
+    jobs = _jobs(tmp_path / "jobs.parquet")
+    out = tmp_path / "out"
+    code = main(["simulate", "--jobs", str(jobs), "--cluster", "8", "--policy", "sjf-oracle", "--train-fraction", "0",
+                 "--out", str(out), "--no-progress", "--start-estimates"])
+    assert code == 0
+    block = json.loads((out / "report.json").read_text())["extra"]["sjf-oracle"]["start_estimate"]
+    assert block["model"]["n"] == 6 and 0.0 <= block["model"]["coverage"] <= 1.0
+    assert "time_limit" not in block  # the log has no time limits
+    assert main(["simulate", "--jobs", str(jobs), "--cluster", "8", "--policy", "fifo", "--out", str(out),
+                 "--start-estimates", "--workers", "2", "--no-progress"]) == 2

@@ -1,0 +1,152 @@
+"""The tracked queue's plan and start estimates, kept while the queue is unchanged: what ``explain``,
+``GET /v1/queue`` and ``POST /v1/score``'s estimate read.
+
+:class:`QueueEstimates` decides the engine's current picture of the queue once (``Engine.plan``),
+estimates every pending job's start (``predictor.queue.start_estimate``), and keeps both until the
+picture or the policy changes, or ``max_age_s`` passes (priorities age, running jobs progress). The
+running jobs' p10/p50/p90 run times and time limits come from their stored rows (one query per
+refresh). :meth:`QueueEstimates.candidate` answers "when would this job start if submitted now" on the
+kept plan: the job sits at the position its priority gives it, the jobs ahead booked as planned.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+
+from predictor.capacity.sizing import size_request
+from predictor.engine.engine import Engine
+from predictor.policy.decision import Decision
+from predictor.policy.plan import SchedulePlan
+from predictor.queue.explain import explain_job
+from predictor.queue.start_estimate import StartEstimates, estimate_starts
+from predictor.store.database import Database
+from predictor.store.tables import JobRow
+
+__all__ = ["QueueEstimates", "Estimated", "running_inputs"]
+
+
+@dataclass(frozen=True, eq=False)
+class Estimated:
+    """One plan of the tracked queue with its start estimates."""
+
+    plan: SchedulePlan
+    estimates: StartEstimates
+    rank: np.ndarray  # position of each pending row in plan.order
+    picture_seq: int
+    made_at: float
+    decided_s: float  # CPU seconds deciding and estimating took
+    priority_desc: np.ndarray  # -priority along plan.order (for positioning a candidate)
+    row_of: dict[str, int]  # pending job id -> its row
+
+
+def running_inputs(db: Database, job_ids: np.ndarray, start_ts: np.ndarray,
+                   predicted_end_ts: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """The running jobs' p10/p50/p90 run times on their placement, and time limits (NaN: none), aligned
+    with ``job_ids``, from their stored rows. The placement's slowdown is the one the picture applied to
+    the p90 (``predicted_end_ts - start_ts`` over the stored p90)."""
+    n = len(job_ids)
+    d = [np.full(n, np.nan) for _ in range(3)]
+    limit = np.full(n, np.nan)
+    if n == 0:
+        return d, limit
+    where = {str(j): k for k, j in enumerate(job_ids.tolist())}
+    with db.session() as s:
+        rows = s.execute(select(JobRow.job_id, JobRow.prediction, JobRow.record).where(JobRow.status == "running"))
+        for job_id, pred, record in rows:
+            k = where.get(job_id)
+            if k is None:
+                continue
+            dur = (pred or {}).get("duration") or {}
+            for q, key in enumerate(("p10_s", "p50_s", "p90_s")):
+                if dur.get(key) is not None:
+                    d[q][k] = float(dur[key])
+            if (record or {}).get("time_limit_s") is not None:
+                limit[k] = float(record["time_limit_s"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slow = (predicted_end_ts - start_ts) / d[2]
+    slow = np.where(np.isfinite(slow) & (slow > 0), slow, 1.0)
+    return [q * slow for q in d], limit
+
+
+class QueueEstimates:
+    """See the module docstring. Thread-safe: one refresh at a time, readers share the result."""
+
+    def __init__(self, engine: Engine, db: Database, *, max_age_s: float = 30.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.engine, self.db, self.max_age_s, self.clock = engine, db, float(max_age_s), clock
+        self._lock = threading.Lock()
+        self._kept: tuple[object, object, Estimated] | None = None
+
+    def current(self, now: float | None = None) -> Estimated:
+        """The plan and estimates of the queue as the engine pictures it now (kept or refreshed)."""
+        now = self.clock() if now is None else float(now)
+        picture, policy = self.engine.picture, self.engine.policy
+        kept = self._kept
+        if kept is not None and kept[0] is picture and kept[1] is policy and 0 <= now - kept[2].made_at <= self.max_age_s:
+            return kept[2]
+        with self._lock:
+            kept = self._kept
+            if kept is not None and kept[0] is picture and kept[1] is policy and 0 <= now - kept[2].made_at <= self.max_age_s:
+                return kept[2]
+            t0 = time.process_time()
+            plan = self.engine.plan(picture, now)
+            run = picture.running
+            durations, limits = running_inputs(self.db, run.job_id, run.start_ts, run.predicted_end_ts)
+            est = estimate_starts(plan, durations, running_time_limits=limits if np.isfinite(limits).any() else None,
+                                  what_if=True)
+            rank = np.empty(len(plan.order), dtype=np.int64)
+            rank[plan.order] = np.arange(len(plan.order))
+            plan_ids = est.job_id.tolist()
+            out = Estimated(plan, est, rank, picture.seq, now, time.process_time() - t0,
+                            -plan.priority[plan.order].astype(np.float64),
+                            {str(j): k for k, j in reversed(list(enumerate(plan_ids)))})
+            self._kept = (picture, policy, out)
+            return out
+
+    def explain(self, job_id: str, now: float | None = None) -> dict[str, Any]:
+        """``predictor.queue.explain.explain_job`` on the current plan; KeyError if not pending."""
+        cur = self.current(now)
+        return explain_job(cur.plan, cur.estimates, job_id, cur.rank)
+
+    def estimate_of(self, job_id: str, now: float | None = None) -> dict[str, Any] | None:
+        """The start estimate of a tracked pending job (None if it is not pending)."""
+        cur = self.current(now)
+        i = cur.row_of.get(job_id)
+        return None if i is None else cur.estimates.row_doc(i)
+
+    def candidate(self, decision: Decision, *, num_gpus: int, gpu_milli: int, peak_upper_mib: float | None,
+                  requested: tuple[str, ...], durations: tuple[float, float, float],
+                  now: float | None = None) -> dict[str, Any]:
+        """The start estimate of a job scored now (not tracked): booked at the position its
+        ``decision.priority`` takes in the kept plan's order, on the types sizing allows it."""
+        cur = self.current(now)
+        lay = self.engine.layout
+        if decision.action in ("start", "preempt"):
+            grace = self.engine.policy.preemption.grace_s if decision.action == "preempt" else 0.0
+            t = cur.made_at + grace
+            return {"p10_ts": t, "p50_ts": t, "p90_ts": t, "p50_wait_s": grace, "basis": "starts now",
+                    "rule": "start estimate (predictor.queue.start_estimate)"}
+        if decision.action == "reject":
+            return {"p10_ts": None, "p50_ts": None, "p90_ts": None, "p50_wait_s": None, "basis": "never",
+                    "rule": "start estimate (predictor.queue.start_estimate)"}
+        advice = size_request(lay, self.engine.policy.sizing, num_gpus=num_gpus, gpu_milli=gpu_milli,
+                              peak_upper_mib=peak_upper_mib, requested=requested)
+        allowed = np.array([t in advice.allowed for t in lay.gpu_types], dtype=bool)
+        unknown = self.engine.policy.reservation.unknown_duration_s
+        durations = tuple(float(d) if d is not None and math.isfinite(d) else unknown for d in durations)
+        position = int(np.searchsorted(cur.priority_desc, -float(decision.priority), side="right"))
+        starts = [cur.estimates.start_with(-1, allowed=allowed, position=position, num_gpus=num_gpus,
+                                           duration=d, quantile=q) for q, d in enumerate(durations)]
+        starts = np.maximum.accumulate(np.array(starts, dtype=np.float64))
+        p10, p50, p90 = (float(x) if math.isfinite(x) else None for x in starts)
+        return {"p10_ts": p10, "p50_ts": p50, "p90_ts": p90,
+                "p50_wait_s": None if p50 is None else max(p50 - cur.made_at, 0.0), "basis": "planned",
+                "position": position + 1, "rule": "start estimate (predictor.queue.start_estimate)"}

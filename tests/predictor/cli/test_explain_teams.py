@@ -1,0 +1,66 @@
+"""``predictor explain`` and ``predictor teams`` against a state store filled through the tracked queue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from models.fixed import NULL_VERSION, NullPredictor
+from predictor.cli import main
+from predictor.engine.model_slot import ModelSlot
+from predictor.engine.wiring import build_engine, get_engine_settings
+from predictor.queue.tracked_queue import TrackedQueue
+from predictor.store import Database
+from predictor.store.audit import Actor
+
+SCHED = Actor("webhook", "scheduler")
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    monkeypatch.setenv("PREDICTOR_DATABASE_URL", url)
+    get_engine_settings.cache_clear()
+    db = Database(url)
+    db.upgrade()
+    slot = ModelSlot.fixed(NullPredictor(), NULL_VERSION, fallback_reason="test")
+    engine, policy = build_engine(get_engine_settings(), model=slot)
+    queue = TrackedQueue(db, engine)
+    queue.load(policy)
+    for i in range(4):  # the default 64-GPU cluster, full
+        queue.submit({"job_id": f"run-{i}", "num_gpus": 16, "team": "vision", "time_limit_s": 14_400}, SCHED)
+        queue.record_event(f"run-{i}", {"kind": "started"}, SCHED)
+    queue.submit({"job_id": "waits", "num_gpus": 16, "team": "nlp", "time_limit_s": 3600}, SCHED)
+    db.dispose()
+    yield url
+    get_engine_settings.cache_clear()
+
+
+def test_explain_prints_the_chain_and_json(store: str, capsys) -> None:
+    assert main(["explain", "waits"]) == 0
+    out = capsys.readouterr().out
+    assert "waits: why it is not running" in out and "Rank 1 of 1" in out
+    assert "holds its GPUs: run-" in out and "start estimate: p10" in out
+    assert main(["explain", "waits", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["chain"]["held_by"]["running_jobs_on_these_types"] == 4
+    assert doc["chain"]["start_estimate"]["p50_ts"] > doc["as_of"]
+
+
+def test_explain_of_a_job_that_is_not_pending_exits_2(store: str, capsys) -> None:
+    assert main(["explain", "run-0"]) == 2
+    assert "no pending job 'run-0'" in capsys.readouterr().err
+
+
+def test_teams_lists_factor_and_recovery(store: str, capsys) -> None:
+    assert main(["teams"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines()[2:]}
+    assert set(lines) == {"nlp", "vision"}
+    assert "never at current rates" in lines["vision"] and lines["nlp"].rstrip().endswith("now")
+    assert main(["teams", "vision", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["team"] == "vision" and doc["running_gpus"] == 64 and doc["over_share"]
+    assert main(["teams", "nobody"]) == 2
