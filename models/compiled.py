@@ -90,6 +90,16 @@ def _host_cpu() -> str:
     return f"{llvm.get_host_cpu_name()}:{hashlib.sha256(llvm.get_host_cpu_features().flatten().encode()).hexdigest()[:12]}"
 
 
+def _with_objective(text: str) -> str:
+    """A booster trained with a custom objective (``models.lgbm.welsch_objective``) writes no
+    ``objective=`` line, which lleaves requires; LightGBM predicts raw scores for it, which is what
+    ``objective=regression`` (identity output) compiles to."""
+    head, sep, rest = text.partition("\nfeature_names=")
+    if not sep or "\nobjective=" in head:
+        return text
+    return f"{head}\nobjective=regression{sep}{rest}"
+
+
 def compile_booster(booster: Any, *, cache: Path | None = None) -> CompiledBooster:
     """Compile ``booster`` (a ``lightgbm.Booster``), or load its compiled form from the cache.
 
@@ -100,7 +110,7 @@ def compile_booster(booster: Any, *, cache: Path | None = None) -> CompiledBoost
 
     import lleaves
 
-    text = booster.model_to_string()
+    text = _with_objective(booster.model_to_string())
     options = ",".join(f"{k}={v}" for k, v in sorted(COMPILE_OPTIONS.items()))
     key = hashlib.sha256(f"{text}\n{options}\n{_host_cpu()}\nlleaves-{version('lleaves')}".encode()).hexdigest()
     folder = cache if cache is not None else cache_dir()
