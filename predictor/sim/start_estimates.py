@@ -74,7 +74,9 @@ class EstimatingRules:
         rows = np.asarray(view.pending)
         fresh = np.flatnonzero(~self._seen[rows])
         if len(fresh):
-            self._record(plan, view, rows, fresh)
+            # the replay's light plan (predictor.policy.light_plan) writes its full SchedulePlan on ask:
+            # the estimate reads the cycle's context and priorities from it
+            self._record(plan.full() if hasattr(plan, "full") else plan, view, rows, fresh)
         return out
 
     def _record(self, plan: SchedulePlan, view: SimView, rows: np.ndarray, fresh: np.ndarray) -> None:
