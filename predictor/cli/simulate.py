@@ -190,14 +190,10 @@ def _print_skipped(run: dict) -> None:
 
 
 def duration_text(seconds: float) -> str:
-    """Seconds as one short figure with its unit: ``42 s``, ``3.5 min``, ``7.2 h``, ``12.0 d``."""
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+    """Seconds as one short figure with its unit (the replay report's own format)."""
+    from predictor.sim.report import duration_text as text  # imported late: the CLI starts fast
+
+    return text(seconds)
 
 
 #: report.json metric -> (column header, formatter): one format per column.

@@ -34,7 +34,7 @@ from predictor.sim.metrics import METRIC_KEYS, MetricsConfig, policy_metrics
 from predictor.sim.record import ReplayRecord
 from predictor.sim.report_figures import jct_cdf_png, team_shares_png, time_series_png
 
-__all__ = ["build_report", "write_report", "render_html"]
+__all__ = ["build_report", "write_report", "render_html", "duration_text"]
 
 
 def _clean(value):
@@ -144,7 +144,8 @@ _METRICS = {
 _BETTER_LOW = {k: v[2] for k, v in _METRICS.items()}
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """Seconds as one short figure with its unit: ``42 s``, ``3.5 min``, ``7.2 h``, ``12.0 d``."""
     if seconds < 60:
         return f"{seconds:.0f} s"
     if seconds < 3600:
@@ -159,7 +160,7 @@ def _value(v, unit: str = "auto") -> str:
     if v is None:
         return "&ndash;"
     if unit == "duration":
-        return f"<span title='{v:,.0f} s'>{_duration(float(v))}</span>"
+        return f"<span title='{v:,.0f} s'>{duration_text(float(v))}</span>"
     if unit == "percent":
         return f"{100 * v:.1f} %"
     if unit == "ratio":
@@ -265,7 +266,7 @@ def _run_items(run: Mapping) -> list[tuple[str, str]]:
     take("training_prefix_jobs", "jobs before the replay window (training prefix)", lambda v: f"{v:,}")
     take("training_jobs_ended_before_split", "of which ended before it (trained on)", lambda v: f"{v:,}")
     take("split_ts", "replay window starts", _when)
-    take("retrain_every_s", "retraining", lambda v: "never" if v is None else f"every {_duration(v)}")
+    take("retrain_every_s", "retraining", lambda v: "never" if v is None else f"every {duration_text(v)}")
     take("jobs_replayed", "jobs replayed", lambda v: f"{v:,}")
     take("jobs_skipped", "rows skipped", lambda v: "none" if not v else
          ", ".join(f"{n:,} {esc(why)}" for why, n in v.items()))
@@ -280,8 +281,8 @@ def _run_items(run: Mapping) -> list[tuple[str, str]]:
     take("prediction_sources", "prediction sources", lambda v: ", ".join(f"{esc(k)}: {esc(str(x))}"
                                                                        for k, x in v.items()))
     take("physics", "replay physics", lambda v: (
-        f"checkpoint every {_duration(v['default_checkpoint_s']) if math.isfinite(v['default_checkpoint_s']) else 'never'}"
-        f" (jobs that do not say), out-of-memory crash after {_duration(v['oom_after_s'])}, "
+        f"checkpoint every {duration_text(v['default_checkpoint_s']) if math.isfinite(v['default_checkpoint_s']) else 'never'}"
+        f" (jobs that do not say), out-of-memory crash after {duration_text(v['oom_after_s'])}, "
         f"at most {v['max_oom_retries']} retries") if {"default_checkpoint_s", "oom_after_s", "max_oom_retries"} <= set(v)
          else esc(json.dumps(v)))
     take("trained_models", "trained models", lambda v: "none" if not v else "<br>".join(
@@ -316,8 +317,8 @@ def render_html(doc: dict, records: list[ReplayRecord], config: MetricsConfig) -
 <h2>Metrics</h2>{_metric_table(doc)}
 <p class="note">One column per policy; the best value of each row is highlighted (durations: hover for
 the seconds). Definitions: predictor/sim/metrics.py and docs/replay.md (Metric definitions). Starved:
-waited more than {_duration(config.starvation_s)}. Jain's index over per-team share / entitlement in
-{_duration(w)} windows.</p>
+waited more than {duration_text(config.starvation_s)}. Jain's index over per-team share / entitlement in
+{duration_text(w)} windows.</p>
 {imgs}
 <h2>Jobs, losses and replay speed</h2>{_extra_table(doc)}
 <h2>Per-team share of GPU time against entitlement</h2>{_team_table(doc)}
