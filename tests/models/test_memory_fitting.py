@@ -5,7 +5,6 @@ constants come from the public measured tables (``test_shipped_constants_refit_f
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,7 +23,6 @@ from models.memory_calibration import (
 from models.memory_fitting import SOURCE_LICENSES, fit_calibration, leave_one_source_out, measured_view
 from models.memory_measured import read_measured_folder
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gpu-memory" / "measured"
 TRUTH = MemoryCalibration(activation_bytes=40.0, checkpoint_bytes=3.0, logit_bytes=6.0, allocator=1.05,
                           logit_reserve=0.3, context_mib=900.0, image_sample_mib=60.0)
 
@@ -108,11 +106,11 @@ def test_the_shipped_calibration_is_the_default_and_says_where_it_came_from() ->
     assert analytic_memory(job)["total"][0] == analytic_memory(job, calibration=cal)["total"][0]
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/gpu-memory/measured is absent")
-def test_shipped_constants_refit_from_the_tables() -> None:
+def test_shipped_constants_refit_from_the_tables(shared_file) -> None:
     """The shipped constants are what fitting the public tables gives (margins aside: those come from
     the leave-one-source-out residuals, which ``python -m models.memory_fitting`` computes)."""
-    refit = fit_calibration(read_measured_folder(SHARED), cross_validate=False)
+    measured = shared_file("gpu-memory/measured")
+    refit = fit_calibration(read_measured_folder(measured), cross_validate=False)
     shipped = asdict(shipped_calibration())
     for name in FITTED:
         assert getattr(refit, name) == pytest.approx(shipped[name], rel=1e-6), name

@@ -12,8 +12,6 @@ import pytest
 from features.errors import InputError
 from models.memory_measured import MEASURED_COLUMNS, read_measured_folder, read_measured_table
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gpu-memory" / "measured"
-
 ROWS = [
     # model, params_b, method, precision, quantization, optimizer, micro_batch, seq_len, ckpt, gpus, gpu, parallelism,
     # peak GiB, notes
@@ -69,9 +67,9 @@ def test_not_a_measured_table(tmp_path) -> None:
         read_measured_folder(tmp_path / "empty")
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/gpu-memory/measured is absent")
-def test_shared_tables() -> None:
-    jobs = read_measured_folder(SHARED)
+def test_shared_tables(shared_file) -> None:
+    measured = shared_file("gpu-memory/measured")
+    jobs = read_measured_folder(measured)
     assert len(jobs) == 566 and jobs["source"].nunique() == 12
     assert int(jobs["measured"].sum()) == 502  # axolotl's approximate and torchtune's estimated rows are not
     assert int((jobs["measured"] & (jobs["model_params"] > 0)).sum()) == 460

@@ -56,7 +56,9 @@ def test_a_client_resuming_with_since_misses_nothing(client: TestClient) -> None
         _submit(client, f"j{i}", team="nlp")
     with client.websocket_connect("/v1/stream?since=2", headers=auth("admin")) as ws:
         hello = ws.receive_json()
-        assert hello["since"] == 2 and hello["last_seq"] >= 6
+        # the three creations are stored before each POST answers; the re-plan's decision events may
+        # still be on their way (a loaded machine), and whatever is stored by now is replayed below
+        assert hello["since"] == 2 and hello["last_seq"] >= 3
         _submit(client, "live", team="nlp")
         msgs = _receive_until(ws, "job.created", "live")
     seqs = [m["seq"] for m in msgs]
