@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -18,17 +19,12 @@ import pytest
 from features.ingest_append import table_watermark
 from predictor.cli import main
 from tests.integration.slurm_cluster import SlurmCluster
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.timeout(300)]
 
 
-def _until(check, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+_until = partial(wait_until, timeout_s=60.0, poll_s=0.3)  # tests.waiting
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -38,6 +39,7 @@ from predictor.cli import main
 from predictor.engine.wiring import get_engine_settings
 from tests.integration.slurm_cluster import SlurmCluster
 from tests.predictor.adapters.kube_emulator import kube_emulator
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -45,14 +47,7 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 INVENTORY = "nodes:\n  - {name: localhost, gpu_type: A10, gpus: 4, nvlink_islands: none, numa_of_gpu: [0, 0, 1, 1]}\n"
 
 
-def _until(check, what: str, timeout_s: float = 30.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+_until = partial(wait_until, timeout_s=30.0)  # tests.waiting
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ each test then plants one problem, checks that the doctor finds exactly that, an
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +18,7 @@ from predictor.adapters.doctor import SlurmPicture, diagnose_slurm, load_expecta
 from predictor.adapters.slurm.config import account_commands, priority_weight_lines, qos_commands
 from predictor.cli import main
 from tests.integration.slurm_cluster import ACCOUNTS, GPU_TYPE, NODE_GPUS, SlurmCluster
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -46,14 +47,7 @@ def _gres_line(cluster: SlurmCluster, cores: bool = True) -> str:
     return line + (f" Cores=0-{cluster.cpus - 1}\n" if cores else "\n")
 
 
-def _until(check, what: str, timeout_s: float = 20.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+_until = partial(wait_until, timeout_s=20.0)  # tests.waiting
 
 
 def _apply_policy_commands(cluster: SlurmCluster, policy_path: Path) -> None:

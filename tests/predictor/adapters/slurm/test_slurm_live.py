@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from functools import partial
 
 import pytest
 
@@ -20,6 +21,7 @@ from predictor.nodeinfo.sysfs import read_host_cpus
 from predictor.nodeinfo.topology import GpuDevice, NodeTopology
 from predictor.policy.decision import Decision, EvictionPlan, Placement, Priority, Reservation, Victim
 from tests.integration.slurm_cluster import NODE_GPUS, SlurmCluster
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -54,14 +56,7 @@ def adapter(cluster: SlurmCluster) -> SlurmAdapter:
                         retry=RetryPolicy(max_attempts=2, base_delay_s=0.1))
 
 
-def _until(check, what: str, timeout_s: float = 20.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+_until = partial(wait_until, timeout_s=20.0)  # tests.waiting
 
 
 def _squeue(cluster: SlurmCluster, fmt: str) -> dict[str, list[str]]:
