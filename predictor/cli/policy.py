@@ -6,13 +6,12 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-import pandas as pd
 import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
 
-from features.errors import InputError
+from features.job_tables import read_job_table
 from features.schema import conform
 
 ORDER = 40
@@ -47,16 +46,6 @@ def priority_ranges(policy) -> dict:
         out["slurm_priority"].pop("starvation_guard")
         out["kueue_workload_priority"].pop("starvation_guard")
     return out
-
-
-def _read_table(path: Path, what: str) -> pd.DataFrame:
-    if not path.exists():
-        raise InputError(f"{what} file {path} does not exist")
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    if path.suffix in (".csv", ".txt"):
-        return pd.read_csv(path)
-    raise InputError(f"{what} file {path}: expected .parquet or .csv")
 
 
 def register(app: typer.Typer) -> None:
@@ -169,7 +158,7 @@ def register(app: typer.Typer) -> None:
         from predictor.capacity.inventory_sources import load_inventory
         from predictor.engine.engine import Engine
 
-        frame = conform(_read_table(jobs, "job"))
+        frame = conform(read_job_table(jobs, "--jobs"))
         state = frame["state"].astype("string").fillna("PENDING")
         pending, running = frame.loc[state == "PENDING"], frame.loc[state == "RUNNING"]
         clock = float(now) if now is not None else float(frame["submit_ts"].max())
@@ -208,7 +197,7 @@ def _model_slot(model: str, predictions: Path | None):
     from predictor.engine.model_slot import ModelSlot
 
     if predictions is not None:
-        return ModelSlot.fixed(TablePredictor(_read_table(predictions, "predictions"), version="table",
+        return ModelSlot.fixed(TablePredictor(read_job_table(predictions, "--predictions"), version="table",
                                               origin=str(predictions)), "table")
     if model == "none":
         return ModelSlot.fixed(NullPredictor(), NULL_VERSION, fallback_reason="rules only (--model none)")

@@ -18,6 +18,7 @@ import pandas as pd
 
 from features.errors import InputError
 from features.gpu_types import KNOWN_GPU_TYPES, GpuTypeVocabulary, split_request
+from features.job_tables import read_job_table
 from predictor.adapters.cluster_policy import ClusterPolicy, TierSpec, cluster_policy_from_config
 from predictor.capacity.inventory import Inventory
 
@@ -124,16 +125,6 @@ class Expectations:
         return f" --inventory {self.inventory_file or '<inventory.yaml>'}"
 
 
-def _read_jobs(path: Path) -> pd.DataFrame:
-    if not path.is_file():
-        raise InputError(f"--jobs: {path} does not exist")
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    if path.suffix in (".csv", ".txt"):
-        return pd.read_csv(path)
-    raise InputError(f"--jobs: {path}: expected a .parquet or .csv job table")
-
-
 def load_expectations(policy: Path | None = None, inventory: str | None = None,
                       jobs: Path | None = None) -> Expectations:
     """Read the policy file (the shipped default when None), the inventory and the job table.
@@ -149,7 +140,7 @@ def load_expectations(policy: Path | None = None, inventory: str | None = None,
     cfg = load_policy(policy)
     inv = load_inventory(inventory) if inventory is not None else None
     vocabulary = vocabulary_for(inv)
-    history = JobHistory.from_frame(_read_jobs(jobs), vocabulary) if jobs is not None else None
+    history = JobHistory.from_frame(read_job_table(jobs, "--jobs"), vocabulary) if jobs is not None else None
     return Expectations(policy=cluster_policy_from_config(cfg), tier_aliases=dict(cfg.tier_aliases),
                         vocabulary=vocabulary, inventory=inv, history=history,
                         policy_file=str(policy) if policy is not None else None, inventory_file=inventory)
