@@ -34,6 +34,9 @@ from predictor.policy.quota import QuotaBook
 
 __all__ = ["Admission"]
 
+#: A thin walk over a queue longer than this reads per-job columns as arrays, not lists.
+_LIST_UP_TO = 512
+
 
 class Admission:
     """Phase 4: the walk over the queue (see the module docstring)."""
@@ -75,6 +78,17 @@ class Admission:
         self._preemptible = np.zeros(0, dtype=bool)
 
     @cached_property
+    def end0(self) -> np.ndarray:
+        """Each pending job's predicted (p90) end if it started now on its best placement class."""
+        return self.now + self.ctx.p90 * self.slow[:, 0]
+
+    @cached_property
+    def milli_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct GPU shares asked for (ascending), and each pending job's index into them."""
+        values, codes = np.unique(self.ctx.pending.gpu_milli, return_inverse=True)
+        return values, codes.reshape(-1)
+
+    @cached_property
     def lost_s(self) -> np.ndarray:
         """Seconds of work each running job would lose if evicted now (rule *work lost*)."""
         r = self.ctx.snapshot.running
@@ -96,18 +110,21 @@ class Admission:
         for i in np.flatnonzero(sizing.flavor < 0).tolist():
             self.outcomes[i] = Outcome("reject", note=self._never_note(i))
         sizing_never = sizing.flavor < 0
-        never = sizing_never.tolist()
-        g_of = ctx.pending.num_gpus.tolist()
-        share = (ctx.pending.gpu_milli < MILLI).tolist()
+        # per-job columns as lists for the walk's look-ups; a thin walk over a long queue looks up a
+        # few jobs only, so it reads the arrays themselves (same values) instead of converting them
+        as_seq = (lambda a: a.tolist()) if self.thin_after is None or len(order) <= _LIST_UP_TO else (lambda a: a)
+        never = as_seq(sizing_never)
+        g_of = as_seq(ctx.pending.num_gpus)
+        share = as_seq(ctx.pending.gpu_milli < MILLI)
         single_type = ctx.layout.n_types == 1
         one_type = [0]
         allowed = None if single_type else [np.flatnonzero(row).tolist() for row in sizing.allowed]
         whole, some = book.whole_free_by_type, book.any_free_by_type
-        end0 = (self.now + ctx.p90 * self.slow[:, 0]).tolist()  # predicted end on the best placement
-        preemptible = self._preemption_possible()
-        has_deadline = np.isfinite(ctx.deadline).tolist() if self.preempt_left > 0 else []
+        end0 = as_seq(self.end0)  # predicted end on the best placement
+        preemptible = as_seq(self._preemption_possible())
+        has_deadline = as_seq(np.isfinite(ctx.deadline)) if self.preempt_left > 0 else []
         trigger = self.pol.preemption.trigger_wait_s
-        scope = self.scope.tolist()
+        scope = as_seq(self.scope)
         strict = self.strict
         beyond = Outcome("wait", note="no capacity free now; beyond the scheduling depth this cycle "
                                       "(queueing.scheduling_depth)")
@@ -231,10 +248,21 @@ class Admission:
                 ok = np.where(share, fits(book.any_free_by_type), ok)
             return ok & (ctx.sizing.flavor[rows] >= 0)
         ok = np.zeros(len(rows), dtype=bool)
-        end0 = self.now + ctx.p90[rows] * self.slow[rows, 0] if book.any_reserved else None
-        for m in np.unique(milli).tolist():
-            sel = np.flatnonzero(milli == m)
+        values, codes = self.milli_codes
+        codes = codes[rows]
+        end0 = self.end0[rows] if book.any_reserved else None
+        for k, m in enumerate(values.tolist()):
+            sel = np.flatnonzero(codes == k) if len(values) > 1 else np.arange(len(rows))
+            if len(sel) == 0:
+                continue
             free = book.free_milli >= m
+            if allowed is None:  # one GPU type: every GPU
+                if end0 is None:
+                    ok[sel] = np.count_nonzero(free) >= g[sel]
+                else:
+                    held = np.sort(book.reserved_from[free])
+                    ok[sel] = len(held) - np.searchsorted(held, end0[sel], side="left") >= g[sel]
+                continue
             if end0 is None:
                 ok[sel] = fits(np.bincount(lay.gpu_type[free], minlength=lay.n_types), sel)
                 continue
@@ -245,7 +273,7 @@ class Admission:
             ok[sel] = fits(counts, sel)
         return ok & (ctx.sizing.flavor[rows] >= 0)
 
-    def _preemption_possible(self) -> list[bool]:
+    def _preemption_possible(self) -> np.ndarray:
         """Per job, a cheap over-estimate: could evicting lower-priority jobs it may preempt free enough
         GPUs? Also sets ``revisit`` to when a job now too young to be preempted stops being so."""
         ctx, pc = self.ctx, self.pol.preemption
@@ -253,7 +281,7 @@ class Admission:
         r = ctx.snapshot.running
         if self.preempt_left <= 0 or n == 0:
             self._preemptible = np.zeros(n, dtype=bool)
-            return [False] * n
+            return self._preemptible
         old = (self.now - r.start_ts) >= pc.min_runtime_s
         held = r.num_gpus * r.gpu_milli / MILLI
         prio = self.priority
@@ -278,7 +306,7 @@ class Admission:
         if young_wanted.any():
             self.revisit = min(self.revisit, float((r.start_ts[young_wanted] + pc.min_runtime_s).min()))
         self._preemptible = possible
-        return possible.tolist()
+        return possible
 
     def consider(self, i: int) -> str:
         """Decide one job (steps a-d of the module docstring); returns the action taken."""
