@@ -128,14 +128,14 @@ class Admission:
         strict = self.strict
         beyond = Outcome("wait", note="no capacity free now; beyond the scheduling depth this cycle "
                                       "(queueing.scheduling_depth)")
-        rows, pos, fits_only = order.tolist(), 0, False
+        rows, pos, fits_only = as_seq(order), 0, False
         thin_after = self.thin_after
         # the thin walk (thin_after given): ``where`` holds the positions in ``order`` of ``rows``, and
         # ``exact`` says that ``rows`` are the jobs that may still act, found again after each booking
-        where: list[int] | None = None
+        where: list[int] | np.ndarray | None = None
         exact = False
 
-        def may_act(positions: np.ndarray, ok: np.ndarray | None = None) -> tuple[list[int], list[int]]:
+        def may_act(positions: np.ndarray, ok: np.ndarray | None = None) -> tuple[list[int] | np.ndarray, ...]:
             """The jobs at ``positions`` of ``order`` that may still act once no reservation is left:
             those fitting now by the exact count of ``_fit_now_mask`` (a start), or that may preempt.
             Any other job the full walk would pass over, or consider only to wait (no start: no GPU
@@ -146,12 +146,12 @@ class Admission:
                 keep |= self._preemptible[rest]
             if ok is not None:
                 keep &= ok
-            return rest[keep].tolist(), positions[keep].tolist()
+            return as_seq(rest[keep]), as_seq(positions[keep])
 
         cur = -1  # position in ``order`` of the job being walked (until fits_only)
         while pos < len(rows):
-            i = rows[pos]
-            prev, cur = cur, (pos if where is None else where[pos])
+            i = int(rows[pos])
+            prev, cur = cur, (pos if where is None else int(where[pos]))
             pos += 1
             if strict and self.blocked_all:
                 break  # strict order blocked everywhere: no later job may do anything this cycle
@@ -174,7 +174,7 @@ class Admission:
                 if exact:
                     rows, where = may_act(at, ok)
                 else:
-                    rows, where = rest[ok].tolist(), None
+                    rows, where = as_seq(rest[ok]), None
                 continue
             if (not exact and thin_after is not None and not fits_only and not strict and self.reserve_left <= 0
                     and len(order) - cur > thin_after):
