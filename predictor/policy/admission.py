@@ -34,6 +34,9 @@ from predictor.policy.quota import QuotaBook
 
 __all__ = ["Admission"]
 
+#: A thin walk over a queue longer than this reads per-job columns as arrays, not lists.
+_LIST_UP_TO = 512
+
 
 class Admission:
     """Phase 4: the walk over the queue (see the module docstring)."""
@@ -75,6 +78,17 @@ class Admission:
         self._preemptible = np.zeros(0, dtype=bool)
 
     @cached_property
+    def end0(self) -> np.ndarray:
+        """Each pending job's predicted (p90) end if it started now on its best placement class."""
+        return self.now + self.ctx.p90 * self.slow[:, 0]
+
+    @cached_property
+    def milli_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct GPU shares asked for (ascending), and each pending job's index into them."""
+        values, codes = np.unique(self.ctx.pending.gpu_milli, return_inverse=True)
+        return values, codes.reshape(-1)
+
+    @cached_property
     def lost_s(self) -> np.ndarray:
         """Seconds of work each running job would lose if evicted now (rule *work lost*)."""
         r = self.ctx.snapshot.running
@@ -96,27 +110,48 @@ class Admission:
         for i in np.flatnonzero(sizing.flavor < 0).tolist():
             self.outcomes[i] = Outcome("reject", note=self._never_note(i))
         sizing_never = sizing.flavor < 0
-        never = sizing_never.tolist()
-        g_of = ctx.pending.num_gpus.tolist()
-        share = (ctx.pending.gpu_milli < MILLI).tolist()
+        # per-job columns as lists for the walk's look-ups; a thin walk over a long queue looks up a
+        # few jobs only, so it reads the arrays themselves (same values) instead of converting them
+        as_seq = (lambda a: a.tolist()) if self.thin_after is None or len(order) <= _LIST_UP_TO else (lambda a: a)
+        never = as_seq(sizing_never)
+        g_of = as_seq(ctx.pending.num_gpus)
+        share = as_seq(ctx.pending.gpu_milli < MILLI)
         single_type = ctx.layout.n_types == 1
         one_type = [0]
         allowed = None if single_type else [np.flatnonzero(row).tolist() for row in sizing.allowed]
         whole, some = book.whole_free_by_type, book.any_free_by_type
-        end0 = (self.now + ctx.p90 * self.slow[:, 0]).tolist()  # predicted end on the best placement
-        preemptible = self._preemption_possible()
-        has_deadline = np.isfinite(ctx.deadline).tolist() if self.preempt_left > 0 else []
+        end0 = as_seq(self.end0)  # predicted end on the best placement
+        preemptible = as_seq(self._preemption_possible())
+        has_deadline = as_seq(np.isfinite(ctx.deadline)) if self.preempt_left > 0 else []
         trigger = self.pol.preemption.trigger_wait_s
-        scope = self.scope.tolist()
+        scope = as_seq(self.scope)
         strict = self.strict
         beyond = Outcome("wait", note="no capacity free now; beyond the scheduling depth this cycle "
                                       "(queueing.scheduling_depth)")
-        rows, pos, fits_only = order.tolist(), 0, False
-        thin_after, thin_pos = self.thin_after, None
+        rows, pos, fits_only = as_seq(order), 0, False
+        thin_after = self.thin_after
+        # the thin walk (thin_after given): ``where`` holds the positions in ``order`` of ``rows``, and
+        # ``exact`` says that ``rows`` are the jobs that may still act, found again after each booking
+        where: list[int] | np.ndarray | None = None
+        exact = False
+
+        def may_act(positions: np.ndarray, ok: np.ndarray | None = None) -> tuple[list[int] | np.ndarray, ...]:
+            """The jobs at ``positions`` of ``order`` that may still act once no reservation is left:
+            those fitting now by the exact count of ``_fit_now_mask`` (a start), or that may preempt.
+            Any other job the full walk would pass over, or consider only to wait (no start: no GPU
+            holds its share unreserved until its predicted end, and capacity only shrinks)."""
+            rest = order[positions]
+            keep = self._fit_now_mask(rest, exact=True)
+            if self.preempt_left > 0:
+                keep |= self._preemptible[rest]
+            if ok is not None:
+                keep &= ok
+            return as_seq(rest[keep]), as_seq(positions[keep])
+
         cur = -1  # position in ``order`` of the job being walked (until fits_only)
         while pos < len(rows):
-            i = rows[pos]
-            prev, cur = cur, (pos if thin_pos is None else thin_pos[pos])
+            i = int(rows[pos])
+            prev, cur = cur, (pos if where is None else int(where[pos]))
             pos += 1
             if strict and self.blocked_all:
                 break  # strict order blocked everywhere: no later job may do anything this cycle
@@ -127,22 +162,26 @@ class Admission:
             if not fits_only and not strict and (self.test_left <= 0 or (self.reserve_left <= 0 and self.preempt_left <= 0)):
                 # only starts are left: walk on over the jobs that fit in what is free now (capacity only
                 # shrinks during the rest of the walk), found at once
-                rest = order[prev + 1:]  # from the job after the last one walked (all of them when not thin)
+                at = np.arange(prev + 1, len(order))  # from the job after the last one walked
+                rest = order[at]
                 ok = self._fit_now_mask(rest)
                 if self.test_left <= 0:
                     passed = rest[~ok & ~sizing_never[rest]].tolist()
                     self.outcomes.update(dict.fromkeys(passed, beyond))
                     self.beyond_depth += len(passed)
-                rows, pos, fits_only = rest[ok].tolist(), 0, True
+                fits_only, pos = True, 0
+                exact = thin_after is not None and self.reserve_left <= 0
+                if exact:
+                    rows, where = may_act(at, ok)
+                else:
+                    rows, where = as_seq(rest[ok]), None
                 continue
-            if (thin_pos is None and thin_after is not None and not fits_only and not strict and self.reserve_left <= 0
+            if (not exact and thin_after is not None and not fits_only and not strict and self.reserve_left <= 0
                     and len(order) - cur > thin_after):
-                # only starts and preemptions are left (test_left > 0, preempt_left > 0 here): a job that
-                # fits nowhere now (counts only, an over-estimate; capacity only shrinks) and may not
-                # preempt would be passed over until the end of the walk, so walk on over the others only
-                rest = order[cur:]
-                keep = np.flatnonzero(self._fit_now_mask(rest) | self._preemptible[rest])
-                rows, pos, thin_pos, cur = rest[keep].tolist(), 0, (keep + cur).tolist(), cur - 1
+                # only starts and preemptions are left (test_left > 0, preempt_left > 0 here): walk on
+                # over the jobs that may still act only (``may_act``)
+                rows, where = may_act(np.arange(cur, len(order)))
+                pos, cur, exact = 0, cur - 1, True
                 continue
             book.restrict(i)  # residency: this job's eligible GPUs only (rule *node eligibility*)
             g = g_of[i]
@@ -175,23 +214,66 @@ class Admission:
             self.considered += 1
             if not fits:
                 self.test_left -= 1
-            self.consider(i)
+            if self.consider(i) in ("start", "preempted") and exact and pos < len(rows):
+                # a booking shrank the capacity: the jobs that may still act, again
+                rows, where = may_act(np.asarray(where[pos:], dtype=np.int64))
+                pos = 0
 
-    def _fit_now_mask(self, rows: np.ndarray) -> np.ndarray:
-        """Per row, could its gang fit in the GPUs free now (counts only: an over-estimate)?"""
-        ctx, book = self.ctx, self.book
+    def _fit_now_mask(self, rows: np.ndarray, *, exact: bool = False) -> np.ndarray:
+        """Per row, could its gang fit in the GPUs free now (counts only: an over-estimate)?
+
+        The walk's own test counts the wholly free GPUs of a whole-GPU job's types and the partly
+        free ones of a GPU share's. With ``exact`` it counts, per row, the GPUs with at least the
+        job's share free that no reservation holds before its predicted end on the best placement:
+        still a necessary condition of ``CapacityBook.place_now`` (topology and node eligibility
+        ignored), and one that stays false for the rest of the cycle's walk (capacity only
+        shrinks, reservations only grow)."""
+        ctx, book, lay = self.ctx, self.book, self.ctx.layout
         g = ctx.pending.num_gpus[rows]
-        share = ctx.pending.gpu_milli[rows] < MILLI
-        whole, some = book.whole_free_by_type, book.any_free_by_type
-        if ctx.layout.n_types == 1:
-            ok_whole, ok_some = whole[0] >= g, some[0] >= g
-        else:
-            allowed = ctx.sizing.allowed[rows]
-            ok_whole = (allowed & (whole[None, :] >= g[:, None])).any(axis=1)
-            ok_some = (allowed & (some[None, :] >= g[:, None])).any(axis=1)
-        return np.where(share, ok_some, ok_whole) & (ctx.sizing.flavor[rows] >= 0)
+        milli = ctx.pending.gpu_milli[rows]
+        share = milli < MILLI
+        allowed = None if lay.n_types == 1 else ctx.sizing.allowed[rows]
 
-    def _preemption_possible(self) -> list[bool]:
+        def fits(count_by_type: np.ndarray, sel=slice(None)) -> np.ndarray:
+            """``count_by_type``: (n_types,) or (rows, n_types) counts of usable GPUs."""
+            if count_by_type.ndim == 1:
+                count_by_type = count_by_type[None, :]
+            if allowed is None:
+                return count_by_type[:, 0] >= g[sel]
+            return (allowed[sel] & (count_by_type >= g[sel, None])).any(axis=1)
+
+        if not exact:
+            ok = fits(book.whole_free_by_type)
+            if share.any():
+                ok = np.where(share, fits(book.any_free_by_type), ok)
+            return ok & (ctx.sizing.flavor[rows] >= 0)
+        ok = np.zeros(len(rows), dtype=bool)
+        values, codes = self.milli_codes
+        codes = codes[rows]
+        end0 = self.end0[rows] if book.any_reserved else None
+        for k, m in enumerate(values.tolist()):
+            sel = np.flatnonzero(codes == k) if len(values) > 1 else np.arange(len(rows))
+            if len(sel) == 0:
+                continue
+            free = book.free_milli >= m
+            if allowed is None:  # one GPU type: every GPU
+                if end0 is None:
+                    ok[sel] = np.count_nonzero(free) >= g[sel]
+                else:
+                    held = np.sort(book.reserved_from[free])
+                    ok[sel] = len(held) - np.searchsorted(held, end0[sel], side="left") >= g[sel]
+                continue
+            if end0 is None:
+                ok[sel] = fits(np.bincount(lay.gpu_type[free], minlength=lay.n_types), sel)
+                continue
+            counts = np.zeros((len(sel), lay.n_types), dtype=np.int64)
+            for t in range(lay.n_types):
+                held = np.sort(book.reserved_from[free & lay.type_masks[t]])
+                counts[:, t] = len(held) - np.searchsorted(held, end0[sel], side="left")
+            ok[sel] = fits(counts, sel)
+        return ok & (ctx.sizing.flavor[rows] >= 0)
+
+    def _preemption_possible(self) -> np.ndarray:
         """Per job, a cheap over-estimate: could evicting lower-priority jobs it may preempt free enough
         GPUs? Also sets ``revisit`` to when a job now too young to be preempted stops being so."""
         ctx, pc = self.ctx, self.pol.preemption
@@ -199,7 +281,7 @@ class Admission:
         r = ctx.snapshot.running
         if self.preempt_left <= 0 or n == 0:
             self._preemptible = np.zeros(n, dtype=bool)
-            return [False] * n
+            return self._preemptible
         old = (self.now - r.start_ts) >= pc.min_runtime_s
         held = r.num_gpus * r.gpu_milli / MILLI
         prio = self.priority
@@ -224,7 +306,7 @@ class Admission:
         if young_wanted.any():
             self.revisit = min(self.revisit, float((r.start_ts[young_wanted] + pc.min_runtime_s).min()))
         self._preemptible = possible
-        return possible.tolist()
+        return possible
 
     def consider(self, i: int) -> str:
         """Decide one job (steps a-d of the module docstring); returns the action taken."""

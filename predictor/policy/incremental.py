@@ -18,10 +18,15 @@ shares of the usable GPUs); the memo answers a search asked again on an unchange
 maxima per type and class, a function of the free shares, are kept the same way.
 
 *The thin walk* (``Admission(thin_after=THIN_AFTER)``). Once only starts and preemptions are left in a
-cycle, a job that fits in no count of free GPUs (an over-estimate; capacity only shrinks during the
-walk) and may not preempt is passed over by the full walk; the thin walk jumps over such jobs at once
-and, when it switches to the starts-only walk, starts that from the job after the last one walked,
-as the full walk would.
+cycle (no reservation left to give), it walks only the jobs that may still act: those that fit now by an
+exact count (GPUs of an allowed type with the job's share free and unreserved until its predicted end:
+necessary for a start, and false for the rest of the walk once false, as capacity only shrinks) and
+those that may preempt (an over-estimate); it finds them again after each start or preemption. The
+full walk passes over every other job, or considers it only to leave it waiting (a GPU share that fits
+in its count of partly free GPUs); the failure memos such a job would have fed only ever skip
+attempts that fail. When it switches to the starts-only walk it starts that from the job after the
+last one walked, as the full walk would. Over a long queue it reads the per-job columns as arrays
+instead of converting them to lists (it looks up a few jobs only).
 
 *No Decisions unless asked.* The cycle's outcomes become :class:`~predictor.policy.light_plan.Act`
 records (GPUs, class, times, victims, priority); ``LightPlan.full()`` writes the SchedulePlan of a

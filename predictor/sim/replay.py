@@ -142,6 +142,12 @@ class Replay:
         self.row_of: dict[str, int] = {str(j): i for i, j in enumerate(jobs.job_ids)}
         self.pending: dict[int, None] = {}  # insertion-ordered set of queued rows
         self._pending_rows: np.ndarray | None = None  # self.pending as an array, None when stale
+        # self.pending in insertion order as a buffer: rows queued, in order, and which are still queued
+        # (a row requeued is appended again, as the dict does); compacted when half of it is stale
+        self._qbuf = np.empty(1024, dtype=np.int64)
+        self._qlive = np.zeros(1024, dtype=bool)
+        self._qlen = 0
+        self._qat: dict[int, int] = {}  # queued row -> its index in the buffer
         self._shapes: dict[tuple[int, int], int] = {}  # (gpu_milli, num_gpus) -> queued jobs of that shape
         self.running: dict[int, RunningJob] = {}
         self.reservations: dict[int, Reservation | Act] = {}
@@ -264,20 +270,37 @@ class Replay:
     def _pending_array(self) -> np.ndarray:
         rows = self._pending_rows
         if rows is None:
-            rows = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
+            n = self._qlen
+            rows = self._qbuf[:n][self._qlive[:n]]  # a copy: the queued rows in insertion order
             rows.flags.writeable = False
             self._pending_rows = rows
+            if 2 * len(rows) < n and n > 1024:  # compact: drop the stale entries
+                self._qbuf[:len(rows)] = rows
+                self._qlive[:n] = False
+                self._qlive[:len(rows)] = True
+                self._qlen = len(rows)
+                self._qat = dict(zip(rows.tolist(), range(len(rows))))
         return rows
 
     def _queue(self, j: int) -> None:
         self.pending[j] = None
         self._pending_rows = None
+        n = self._qlen
+        if j not in self._qat:  # (already queued: the dict keeps its place)
+            if n == len(self._qbuf):
+                self._qbuf = np.concatenate([self._qbuf, np.empty(n, dtype=np.int64)])
+                self._qlive = np.concatenate([self._qlive, np.zeros(n, dtype=bool)])
+            self._qbuf[n] = j
+            self._qlive[n] = True
+            self._qat[j] = n
+            self._qlen = n + 1
         shape = (int(self.jobs.gpu_milli[j]), int(self.jobs.num_gpus[j]))
         self._shapes[shape] = self._shapes.get(shape, 0) + 1
 
     def _unqueue(self, j: int) -> None:
         del self.pending[j]
         self._pending_rows = None
+        self._qlive[self._qat.pop(j)] = False
         shape = (int(self.jobs.gpu_milli[j]), int(self.jobs.num_gpus[j]))
         left = self._shapes[shape] - 1
         if left:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from features.schema import PLACEMENT_CLASSES
 from predictor.capacity.inventory import homogeneous_inventory
+from predictor.policy import admission
 from predictor.policy.config import QueueingConfig
 from predictor.policy.incremental import IncrementalScheduler
 from predictor.policy.scheduler import decide
@@ -80,7 +81,8 @@ class CheckedRules(PolicyRules):
         full = decide(light.snapshot, self.policy, explain=False)
         assert _acts_of_light(light) == _acts_of_decisions(full, self.layout)
         assert light.revisit_at_ts == full.revisit_at_ts
-        assert light.stats["considered"] == full.stats["considered"]
+        # the thin walk skips the GPU shares the full walk would test only to leave waiting
+        assert light.stats["considered"] <= full.stats["considered"]
         self.cycles += 1
         return out
 
@@ -139,9 +141,15 @@ def _workload(draw) -> JobRows:
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(draw=jobs_strategy, preset=st.sampled_from(PRESETS), source=st.sampled_from(sorted(SOURCES)),
-       thin_after=st.sampled_from([0, 2, None]))
-def test_every_incremental_plan_is_the_full_decide(draw, preset, source, thin_after):
-    _, _, rules = _replay(CheckedRules, _workload(draw), preset, source, thin_after=thin_after)
+       thin_after=st.sampled_from([0, 2, None]), arrays=st.booleans())
+def test_every_incremental_plan_is_the_full_decide(draw, preset, source, thin_after, arrays):
+    saved = admission._LIST_UP_TO
+    if arrays:  # the walk over a long queue (columns read as arrays), on short ones
+        admission._LIST_UP_TO = 0
+    try:
+        _, _, rules = _replay(CheckedRules, _workload(draw), preset, source, thin_after=thin_after)
+    finally:
+        admission._LIST_UP_TO = saved
     assert rules.cycles >= 1
 
 
