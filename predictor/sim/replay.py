@@ -279,7 +279,7 @@ class Replay:
                 self._qlive[:n] = False
                 self._qlive[:len(rows)] = True
                 self._qlen = len(rows)
-                self._qat = dict(zip(rows.tolist(), range(len(rows))))
+                self._qat = dict(zip(rows.tolist(), range(len(rows)), strict=True))
         return rows
 
     def _queue(self, j: int) -> None:
