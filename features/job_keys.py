@@ -119,9 +119,12 @@ def family_keys(jobs: pd.DataFrame | JobColumns, users: np.ndarray | None = None
 
     ``users`` may pass ``object_column(jobs, "user")`` when the caller already has it.
     """
-    if isinstance(jobs, JobColumns):
-        return jobs.derived("family", lambda: family_keys(jobs.frame, jobs.obj("user")))
-    users = object_column(jobs, "user") if users is None else users
+    if isinstance(jobs, JobColumns):  # once per view, its columns read through it (not from the frame)
+        return jobs.derived("family", lambda: _family_keys(jobs, jobs.obj("user")))
+    return _family_keys(jobs, object_column(jobs, "user") if users is None else users)
+
+
+def _family_keys(jobs: pd.DataFrame | JobColumns, users: np.ndarray) -> np.ndarray:
     names = object_column(jobs, "job_name")
     if len(jobs) <= SMALL_BATCH:
         return np.array(
@@ -143,9 +146,12 @@ def _request_key(user: object, limit: float, gpus: float, cpus: float) -> str | 
 
 def request_keys(jobs: pd.DataFrame | JobColumns, users: np.ndarray | None = None) -> np.ndarray:
     """``user|time_limit|gpus|cpus`` per job (None without a user), object array of shape (n_jobs,)."""
-    if isinstance(jobs, JobColumns):
-        return jobs.derived("request", lambda: request_keys(jobs.frame, jobs.obj("user")))
-    users = object_column(jobs, "user") if users is None else users
+    if isinstance(jobs, JobColumns):  # once per view, its columns read through it (not from the frame)
+        return jobs.derived("request", lambda: _request_keys(jobs, jobs.obj("user")))
+    return _request_keys(jobs, object_column(jobs, "user") if users is None else users)
+
+
+def _request_keys(jobs: pd.DataFrame | JobColumns, users: np.ndarray) -> np.ndarray:
     cols = [numeric_column(jobs, c) for c in ("time_limit_s", "num_gpus", "cpus")]
     if len(jobs) <= SMALL_BATCH:
         return np.array([_request_key(*row) for row in zip(users, *cols, strict=True)], dtype=object)

@@ -23,6 +23,7 @@ variable                        meaning                                         
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import os
@@ -67,13 +68,29 @@ def cache_dir() -> Path:
     return Path(given).expanduser() if given else Path.home() / ".cache" / "gpu-job-predictor" / "lleaves"
 
 
+#: The compiled entry point as lleaves builds it (data, results, first row, end row), taking raw
+#: addresses: ``lleaves.Model.predict`` converts its input and wraps each pointer in ctypes objects on
+#: every call, which on one row costs more than the trees.
+_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)
+
+
+def _direct_entry(model: Any) -> Any:
+    """The compiled function of an lleaves model (float64, one output per row) called with raw
+    addresses; None where this lleaves keeps it otherwise (``Model.predict`` is used then)."""
+    func = getattr(model, "_c_entry_func", None)
+    if func is None or not getattr(model, "use_fp64", False) or getattr(model, "_n_classes", None) != 1:
+        return None
+    return _ENTRY(ctypes.cast(func, ctypes.c_void_p).value)
+
+
 class CompiledBooster:
     """One booster as native code: ``predict(X)`` gives what ``Booster.predict(X)`` gives."""
 
-    __slots__ = ("_model", "n_features", "key", "__weakref__")
+    __slots__ = ("_model", "_entry", "n_features", "key", "__weakref__")
 
     def __init__(self, model: Any, n_features: int, key: str) -> None:
         self._model = model
+        self._entry = _direct_entry(model)
         self.n_features = n_features
         self.key = key
 
@@ -81,7 +98,14 @@ class CompiledBooster:
         X = np.ascontiguousarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise ValueError(f"compiled booster expects (n, {self.n_features}) rows, got {X.shape}")
-        return self._model.predict(X, n_jobs=1)
+        if self._entry is None:
+            return self._model.predict(X, n_jobs=1)
+        n = X.shape[0]
+        if n >= 2**31 - 1:  # the entry point counts rows in int32 (as lleaves refuses)
+            raise ValueError(f"compiled booster predicts fewer than 2^31 - 1 rows, got {n}")
+        out = np.zeros(n, dtype=np.float64)
+        self._entry(X.ctypes.data, out.ctypes.data, 0, n)  # releases the GIL while the trees run
+        return out
 
 
 def _host_cpu() -> str:

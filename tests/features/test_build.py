@@ -89,6 +89,22 @@ def test_family_keys_agree_between_small_and_large_batches() -> None:
     assert list(large) == list(small)
 
 
+@pytest.mark.parametrize("n", [40, 600])  # plain Python and Arrow paths
+def test_keys_of_a_column_view_are_those_of_its_frame(n: int) -> None:
+    """A ``JobColumns`` view (what scoring passes) builds its keys from its own columns, as the frame's."""
+    from features.job_keys import JobColumns, request_keys
+
+    jobs = conform(pd.DataFrame({
+        "job_id": [f"j{i}" for i in range(n)], "user": [None if i % 7 == 0 else f"u{i % 5}" for i in range(n)],
+        "job_name": [None if i % 4 == 0 else f"Train_{i % 3}-2024-05-0{1 + i % 9}" for i in range(n)],
+        "time_limit_s": [float(600 * (1 + i % 4)) if i % 6 else np.nan for i in range(n)],
+        "num_gpus": [float(1 + i % 8) for i in range(n)], "cpus": [float(4 * (i % 3)) for i in range(n)]}))
+    view = JobColumns(jobs)
+    assert list(family_keys(view)) == list(family_keys(jobs))
+    assert list(request_keys(view)) == list(request_keys(jobs))
+    assert family_keys(view) is family_keys(view)  # computed once per view
+
+
 def test_ground_truth_family_column_is_not_a_key() -> None:
     """Requests scored by the service never carry the generator's family id: keys must not use it."""
     jobs = table(make_job("a").name("x1"), make_job("b").name("x2"))

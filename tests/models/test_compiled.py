@@ -44,9 +44,12 @@ def test_every_booster_compiled_agrees_with_lightgbm(fresh: JobPredictorBundle, 
     for k, booster in enumerate(boosters):
         fast = compiled.compiled_for(booster)
         assert fast is not None
+        assert fast._entry is not None  # called with raw addresses, not through lleaves' Model.predict
         for n in (1, 7, 300):
             X = _rows(booster, n, seed=k * 10 + n)
             np.testing.assert_allclose(fast.predict(X), booster.predict(X, num_threads=1), rtol=0, atol=1e-6)
+            np.testing.assert_array_equal(fast.predict(X), fast._model.predict(X, n_jobs=1))  # lleaves' own call
+        assert fast.predict(np.zeros((0, booster.num_feature()))).shape == (0,)
     assert len(list(tmp_path.glob("*.o"))) == len({compiled.compiled_for(b).key for b in boosters})
 
 

@@ -11,7 +11,7 @@ from models.prediction import PREDICTION_COLUMNS, Prediction
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.capacity.layout import ClusterLayout
 from predictor.engine.engine import prediction_columns, predictions_from_columns
-from predictor.engine.queue_picture import QueuePicture, canonical_frame
+from predictor.engine.queue_picture import QueuePicture, canonical_columns, canonical_frame, frame_of
 from predictor.policy.intake import Vocabulary
 from predictor.policy.intake import pending_jobs as pending_arrays
 
@@ -38,6 +38,21 @@ def test_canonical_frame_holds_what_conform_holds(records: list[dict]) -> None:
             np.testing.assert_array_equal(a, b, err_msg=col)
         else:
             assert a.tolist() == b.tolist(), col
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(record, min_size=0, max_size=6))
+def test_the_frame_from_blocks_is_the_frame_from_arrays(records: list[dict]) -> None:
+    """``frame_of`` builds the table from ``canonical_columns``' three blocks when the columns are still
+    theirs, and from the arrays one by one otherwise: the same table either way."""
+    columns = canonical_columns(records)
+    by_arrays = pd.DataFrame._from_arrays([columns[c] for c in COLUMNS], columns=pd.Index(COLUMNS),
+                                          index=pd.RangeIndex(len(records)), verify_integrity=False)
+    fast = frame_of(columns)
+    pd.testing.assert_frame_equal(fast, by_arrays)
+    assert fast._mgr.nblocks == 3  # the blocks themselves, not one per column
+    changed = {**columns, "num_gpus": columns["num_gpus"] + 1.0}  # a column no longer in its block
+    pd.testing.assert_frame_equal(frame_of(changed), by_arrays.assign(num_gpus=by_arrays["num_gpus"] + 1.0))
 
 
 def _prediction_frame(n: int, rng: np.random.Generator) -> pd.DataFrame:

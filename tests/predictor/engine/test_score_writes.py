@@ -75,3 +75,30 @@ def test_the_decisions_are_those_of_a_full_plan(busy_engine: Engine) -> None:
         assert decision_doc(s.decision) == decision_doc(full.decision_for(s.decision.job_id))
     assert {d.action for d in full.decisions} - {"wait"}
     assert np.isin([s.decision.job_id for s in scored], trial.pending.job_id).all()
+
+
+def test_remembered_gang_searches_decide_as_decide(busy_engine: Engine) -> None:
+    """The engine keeps a gang memo across requests (``Engine.plan``): a few hundred jobs scored one by
+    one and in batches, each twice (the second time from the memo), decide as ``decide()`` does."""
+    from predictor.policy import intake
+    from predictor.policy.scheduler import decide
+
+    rng = np.random.default_rng(17)
+    rows = [{"job_id": f"s{i}", "state": "PENDING", "num_gpus": int(rng.choice([1, 1, 2, 3, 4, 8, 16, 24])),
+             "time_limit_s": float(rng.choice([600, 3600, 7200, 86400])),
+             "tier": str(rng.choice(["sla", "standard", "best_effort"])),
+             **({"gpu_milli": int(rng.choice([250, 500]))} if rng.random() < 0.15 else {})} for i in range(240)]
+    batches = [[r] for r in rows[:200]] + [rows[200 + 10 * k:210 + 10 * k] for k in range(4)]
+    for jobs in batches:
+        frame = _frame(jobs)
+        predicted, _ = busy_engine.predict_columns(frame, NOW)
+        picture = busy_engine.picture
+        vocab = picture.vocab.extended(frame)
+        trial = picture.with_candidates(intake.pending_jobs(frame, predicted, vocab, busy_engine.layout, NOW), vocab)
+        reference = decide(trial.snapshot(NOW, busy_engine.team_usage(NOW, trial)), busy_engine.policy)
+        for _ in range(2):
+            scored = busy_engine.score(frame, NOW)
+            assert [decision_doc(s.decision) for s in scored] == \
+                [decision_doc(reference.decision_for(r["job_id"])) for r in jobs]
+    memo = busy_engine._gang_memo()
+    assert memo.hits > memo.misses  # the memo answered most searches
