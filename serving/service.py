@@ -22,7 +22,7 @@ from serving.load_shedding import ScoreCost
 from serving.metrics import OutboxBacklog, ServiceMetrics
 from serving.schemas.results import ModelStatusPublic
 from serving.settings import Settings
-from serving.stream import StreamHub
+from serving.stream import EstimateFeed, StreamHub
 
 __all__ = ["Service", "build_service"]
 
@@ -150,5 +150,8 @@ def build_service(settings: Settings, *, model: ModelSlot | None = None) -> Serv
     hub = StreamHub(db, poll_s=settings.stream_poll_s, buffer=settings.stream_buffer, on_events=queue.catch_up)
     service = Service(settings=settings, db=db, engine=engine, queue=queue, hub=hub, metrics=metrics, tokens=tokens)
     queue.on_commit = service.committed
+    from serving.routers.explain import queue_estimates  # the service's kept plan, made on first use
+
+    hub.feed = EstimateFeed(lambda: queue_estimates(service).snapshot())
     engine.model.subscribe(service.on_model_change)
     return service
