@@ -14,6 +14,7 @@ from predictor.adapters.metrics import backlog_from_store
 from predictor.engine.engine import Engine
 from predictor.engine.model_slot import LoadedModel, ModelSlot
 from predictor.engine.wiring import build_engine
+from predictor.queue.queue_estimates import QueueEstimates
 from predictor.queue.tracked_queue import TrackedQueue
 from predictor.store import Database, StreamEvent
 from predictor.store.jobs import status_counts
@@ -150,8 +151,8 @@ def build_service(settings: Settings, *, model: ModelSlot | None = None) -> Serv
     hub = StreamHub(db, poll_s=settings.stream_poll_s, buffer=settings.stream_buffer, on_events=queue.catch_up)
     service = Service(settings=settings, db=db, engine=engine, queue=queue, hub=hub, metrics=metrics, tokens=tokens)
     queue.on_commit = service.committed
-    from serving.routers.explain import queue_estimates  # the service's kept plan, made on first use
-
-    hub.feed = EstimateFeed(lambda: queue_estimates(service).snapshot())
+    estimates = QueueEstimates(engine, db)  # the kept plan explain, /v1/queue and the stream read
+    service._queue_estimates = estimates  # type: ignore[attr-defined]  # noqa: SLF001
+    hub.feed = EstimateFeed(estimates.snapshot)
     engine.model.subscribe(service.on_model_change)
     return service
