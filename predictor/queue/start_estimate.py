@@ -8,7 +8,8 @@ jobs' predicted ends; jobs the plan starts now (or after a preemption's grace) a
 the GPUs the plan gave them; in the p90 walk a job the plan reserved for starts no earlier than its
 reservation (rule *reservation floor*: the plan sees placement classes and topology, the walk does
 not); and a job the plan does not start now starts no earlier than the first running job's end
-(rule *no start before a change*). The walk is run three times, every duration at its 10th, 50th and 90th
+(rule *no start before a change*), and a gang it holds no earlier than one node (or whole nodes)
+has its GPUs free of the jobs holding them now (rule *gang on nodes*). The walk is run three times, every duration at its 10th, 50th and 90th
 percentile (the running jobs' remaining times and the pending jobs' run times alike): the p10 and p90
 starts bound the interval, the p50 start is the estimate.
 
@@ -22,7 +23,7 @@ through. This keeps a 10,000-job estimate in tens of milliseconds.
 
 What is left out (and so is in the error the replay measures): jobs that arrive later and overtake
 (the interval does not widen for them), priorities moving with age, quotas and strict-FIFO heads,
-node topology (a gang may span nodes; GPU shares count as whole GPUs).
+node topology beyond rule *gang on nodes* (GPU shares count as whole GPUs).
 
 Cost: O(P x B) for P pending jobs and B profile steps (B <= 2P + R), vectorised per job.
 """
