@@ -14,6 +14,7 @@ from predictor.adapters.metrics import backlog_from_store
 from predictor.engine.engine import Engine
 from predictor.engine.model_slot import LoadedModel, ModelSlot
 from predictor.engine.wiring import build_engine
+from predictor.queue.queue_estimates import QueueEstimates
 from predictor.queue.tracked_queue import TrackedQueue
 from predictor.store import Database, StreamEvent
 from predictor.store.jobs import status_counts
@@ -22,7 +23,7 @@ from serving.load_shedding import ScoreCost
 from serving.metrics import OutboxBacklog, ServiceMetrics
 from serving.schemas.results import ModelStatusPublic
 from serving.settings import Settings
-from serving.stream import StreamHub
+from serving.stream import EstimateFeed, StreamHub
 
 __all__ = ["Service", "build_service"]
 
@@ -150,5 +151,8 @@ def build_service(settings: Settings, *, model: ModelSlot | None = None) -> Serv
     hub = StreamHub(db, poll_s=settings.stream_poll_s, buffer=settings.stream_buffer, on_events=queue.catch_up)
     service = Service(settings=settings, db=db, engine=engine, queue=queue, hub=hub, metrics=metrics, tokens=tokens)
     queue.on_commit = service.committed
+    estimates = QueueEstimates(engine, db)  # the kept plan explain, /v1/queue and the stream read
+    service._queue_estimates = estimates  # type: ignore[attr-defined]  # noqa: SLF001
+    hub.feed = EstimateFeed(estimates.snapshot)
     engine.model.subscribe(service.on_model_change)
     return service

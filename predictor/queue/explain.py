@@ -93,6 +93,16 @@ def _could_run_on(plan: SchedulePlan, i: int) -> dict[str, Any]:
             "rule": "sizing (allowed GPU types) and inventory: a gang needs that many GPUs of one type"}
 
 
+def _job_ends(run, busy_until: np.ndarray) -> np.ndarray:  # noqa: ANN001
+    """Each running job's predicted end: the latest ``busy_until`` of the GPUs it holds (-inf: none)."""
+    out = np.full(len(run), -np.inf)
+    starts = run.alloc_offsets[:-1]
+    nonempty = np.diff(run.alloc_offsets) > 0
+    if nonempty.any():  # a job's segment runs to the next non-empty one's start: its own end
+        out[nonempty] = np.maximum.reduceat(busy_until[run.alloc_gpus], starts[nonempty])
+    return out
+
+
 def _held_by(plan: SchedulePlan, i: int) -> dict[str, Any]:
     ctx = plan_context(plan)
     snap, lay = ctx.snapshot, ctx.layout
@@ -104,11 +114,13 @@ def _held_by(plan: SchedulePlan, i: int) -> dict[str, Any]:
     n_holding = 0
     if len(run.alloc_gpus):
         hit = on_types[run.alloc_gpus]
-        rows = np.unique(run.alloc_job[hit])
+        holding = np.zeros(len(run), dtype=bool)
+        holding[run.alloc_job[hit]] = True
+        rows = np.flatnonzero(holding)
         n_holding = len(rows)
-        busy = ctx.book.busy_until
-        ends = np.array([busy[run.gpus_of(r)].max() for r in rows]) if len(rows) else np.zeros(0)
-        for r, end in sorted(zip(rows.tolist(), ends.tolist(), strict=True), key=lambda x: x[1])[:HOLDERS_SHOWN]:
+        ends = _job_ends(run, ctx.book.busy_until)[rows]
+        first = np.argsort(ends, kind="stable")[:HOLDERS_SHOWN]
+        for r, end in zip(rows[first].tolist(), ends[first].tolist(), strict=True):
             team = int(run.team[r])
             holders.append({"job_id": str(run.job_id[r]), "team": snap.teams[team] if team >= 0 else None,
                             "gpus": int(run.num_gpus[r]), "started_ts": float(run.start_ts[r]),

@@ -7,10 +7,19 @@ picture or the policy changes, or ``max_age_s`` passes (priorities age, running 
 running jobs' p10/p50/p90 run times and time limits come from their stored rows (one query per
 refresh). :meth:`QueueEstimates.candidate` answers "when would this job start if submitted now" on the
 kept plan: the job sits at the position its priority gives it, the jobs ahead booked as planned.
+
+Rule *latest plan* (explain's latency): a refresh costs ~0.4 s CPU at 10,000 pending, and a busy queue
+changes more often than that. :meth:`QueueEstimates.explain` therefore answers from the kept plan
+even when the queue changed since (at most ``stale_max_s`` old), starts one refresh in a background
+thread, and states the plan's age and the queue ``seq`` it reflects (``plan`` in the answer). It waits
+for a refresh only when the job is not in the kept plan (submitted since) or the kept plan is older
+than ``stale_max_s`` or was made under another policy; a job that left the queue since is not explained.
+:meth:`QueueEstimates.snapshot` is what the stream's start-estimate feed reads.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -26,11 +35,15 @@ from predictor.engine.engine import Engine
 from predictor.policy.decision import Decision
 from predictor.policy.plan import SchedulePlan
 from predictor.queue.explain import explain_job
-from predictor.queue.start_estimate import StartEstimates, estimate_starts
+from predictor.queue.start_estimate import StartEstimates, estimate_starts, plan_context
 from predictor.store.database import Database
 from predictor.store.tables import JobRow
 
-__all__ = ["QueueEstimates", "Estimated", "running_inputs"]
+log = logging.getLogger(__name__)
+
+__all__ = ["QueueEstimates", "Estimated", "EstimateSnapshot", "running_inputs"]
+
+RULE_LATEST_PLAN = "latest plan (predictor.queue.queue_estimates)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,6 +58,17 @@ class Estimated:
     decided_s: float  # CPU seconds deciding and estimating took
     priority_desc: np.ndarray  # -priority along plan.order (for positioning a candidate)
     row_of: dict[str, int]  # pending job id -> its row
+    policy: object = None  # the policy it was decided under
+
+
+@dataclass(frozen=True)
+class EstimateSnapshot:
+    """Every pending job's start estimate of one plan: ``jobs`` maps job id -> (team or None, estimate
+    document as ``StartEstimates.row_doc``)."""
+
+    as_of_seq: int
+    made_at: float
+    jobs: dict[str, tuple[str | None, dict[str, Any]]]
 
 
 def running_inputs(db: Database, job_ids: np.ndarray, start_ts: np.ndarray,
@@ -76,28 +100,51 @@ def running_inputs(db: Database, job_ids: np.ndarray, start_ts: np.ndarray,
     return [q * slow for q in d], limit
 
 
+def _is_pending(picture: object, job_id: str) -> bool:
+    return bool(np.any(picture.pending.job_id == job_id))  # type: ignore[attr-defined]
+
+
 class QueueEstimates:
     """See the module docstring. Thread-safe: one refresh at a time, readers share the result."""
 
-    def __init__(self, engine: Engine, db: Database, *, max_age_s: float = 30.0,
+    def __init__(self, engine: Engine, db: Database, *, max_age_s: float = 30.0, stale_max_s: float = 300.0,
                  clock: Callable[[], float] = time.time) -> None:
+        if not 0 <= max_age_s <= stale_max_s:
+            raise ValueError(f"need 0 <= max_age_s ({max_age_s}) <= stale_max_s ({stale_max_s})")
         self.engine, self.db, self.max_age_s, self.clock = engine, db, float(max_age_s), clock
+        self.stale_max_s = float(stale_max_s)
         self._lock = threading.Lock()
         self._kept: tuple[object, object, Estimated] | None = None
+        self._background: threading.Thread | None = None
+        self._background_guard = threading.Lock()
 
-    def current(self, now: float | None = None) -> Estimated:
-        """The plan and estimates of the queue as the engine pictures it now (kept or refreshed)."""
+    def _is_current(self, kept: tuple[object, object, Estimated] | None, now: float) -> bool:
+        return (kept is not None and kept[0] is self.engine.picture and kept[1] is self.engine.policy
+                and 0 <= now - kept[2].made_at <= self.max_age_s)
+
+    def current(self, now: float | None = None, *, stale_ok: bool = False) -> Estimated:
+        """The plan and estimates of the queue as the engine pictures it now (kept or refreshed).
+        ``stale_ok``: rule *latest plan* — a kept plan made under the policy in force and at most
+        ``stale_max_s`` old is returned at once even if the queue changed since, and a refresh is
+        started in the background."""
         now = self.clock() if now is None else float(now)
-        picture, policy = self.engine.picture, self.engine.policy
         kept = self._kept
-        if kept is not None and kept[0] is picture and kept[1] is policy and 0 <= now - kept[2].made_at <= self.max_age_s:
+        if self._is_current(kept, now):
             return kept[2]
+        if (stale_ok and kept is not None and kept[1] is self.engine.policy
+                and 0 <= now - kept[2].made_at <= self.stale_max_s):
+            self.refresh_in_background()
+            return kept[2]
+        return self._refresh(now)
+
+    def _refresh(self, now: float) -> Estimated:
         with self._lock:
             kept = self._kept
-            if kept is not None and kept[0] is picture and kept[1] is policy and 0 <= now - kept[2].made_at <= self.max_age_s:
+            if self._is_current(kept, now):
                 return kept[2]
+            picture, policy = self.engine.picture, self.engine.policy
             t0 = time.process_time()
-            plan = self.engine.plan(picture, now)
+            plan = self.engine.plan(picture, now, policy=policy)
             run = picture.running
             durations, limits = running_inputs(self.db, run.job_id, run.start_ts, run.predicted_end_ts)
             est = estimate_starts(plan, durations, running_time_limits=limits if np.isfinite(limits).any() else None,
@@ -107,14 +154,64 @@ class QueueEstimates:
             plan_ids = est.job_id.tolist()
             out = Estimated(plan, est, rank, picture.seq, now, time.process_time() - t0,
                             -plan.priority[plan.order].astype(np.float64),
-                            {str(j): k for k, j in reversed(list(enumerate(plan_ids)))})
+                            {str(j): k for k, j in reversed(list(enumerate(plan_ids)))}, policy)
             self._kept = (picture, policy, out)
             return out
 
+    def refresh_in_background(self) -> bool:
+        """Start one refresh in a daemon thread unless one is running; True if one was started."""
+        with self._background_guard:
+            if self._background is not None and self._background.is_alive():
+                return False
+            self._background = threading.Thread(target=self._refresh_quietly, name="queue-estimates", daemon=True)
+            self._background.start()
+            return True
+
+    def _refresh_quietly(self) -> None:
+        try:
+            self._refresh(self.clock())
+        except Exception:  # the next request refreshes in its own thread and reports the error
+            log.exception("background refresh of the queue's plan and start estimates failed")
+
+    def wait_background(self, timeout: float | None = None) -> None:
+        """Wait for a running background refresh (tests, benchmarks)."""
+        t = self._background
+        if t is not None:
+            t.join(timeout)
+
     def explain(self, job_id: str, now: float | None = None) -> dict[str, Any]:
-        """``predictor.queue.explain.explain_job`` on the current plan; KeyError if not pending."""
+        """``predictor.queue.explain.explain_job`` on the latest plan (rule *latest plan*), with ``plan``:
+        when it was made, its age, the queue ``seq`` it reflects and the current one; KeyError if the
+        job is not pending."""
+        now = self.clock() if now is None else float(now)
+        picture = self.engine.picture
+        cur = self.current(now, stale_ok=True)
+        if job_id not in cur.row_of:
+            if cur is self._kept_estimated(picture):
+                raise KeyError(job_id)
+            cur = self._refresh(now)  # submitted since the kept plan: wait for one that holds it
+        elif cur.picture_seq != picture.seq and not _is_pending(picture, job_id):
+            raise KeyError(job_id)  # it started or left since the kept plan
+        doc = explain_job(cur.plan, cur.estimates, job_id, cur.rank)
+        doc["plan"] = {"made_at": cur.made_at, "age_s": max(now - cur.made_at, 0.0), "as_of_seq": cur.picture_seq,
+                       "queue_seq": picture.seq, "current": cur.picture_seq == picture.seq,
+                       "refresh_cpu_s": cur.decided_s, "rule": RULE_LATEST_PLAN}
+        return doc
+
+    def _kept_estimated(self, picture: object) -> Estimated | None:
+        kept = self._kept
+        return kept[2] if kept is not None and kept[0] is picture else None
+
+    def snapshot(self, now: float | None = None) -> EstimateSnapshot:
+        """Every pending job's start estimate on the current plan (refreshed if the queue changed)."""
         cur = self.current(now)
-        return explain_job(cur.plan, cur.estimates, job_id, cur.rank)
+        ctx = plan_context(cur.plan)
+        ctx_teams, team = ctx.snapshot.teams, ctx.pending.team
+        jobs = {}
+        for j, i in cur.row_of.items():
+            t = int(team[i])
+            jobs[j] = (ctx_teams[t] if t >= 0 else None, cur.estimates.row_doc(i))
+        return EstimateSnapshot(cur.picture_seq, cur.made_at, jobs)
 
     def estimate_of(self, job_id: str, now: float | None = None) -> dict[str, Any] | None:
         """The start estimate of a tracked pending job (None if it is not pending)."""

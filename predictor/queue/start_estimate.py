@@ -8,7 +8,8 @@ jobs' predicted ends; jobs the plan starts now (or after a preemption's grace) a
 the GPUs the plan gave them; in the p90 walk a job the plan reserved for starts no earlier than its
 reservation (rule *reservation floor*: the plan sees placement classes and topology, the walk does
 not); and a job the plan does not start now starts no earlier than the first running job's end
-(rule *no start before a change*). The walk is run three times, every duration at its 10th, 50th and 90th
+(rule *no start before a change*), and a gang it holds no earlier than one node (or whole nodes)
+has its GPUs free of the jobs holding them now (rule *gang on nodes*). The walk is run three times, every duration at its 10th, 50th and 90th
 percentile (the running jobs' remaining times and the pending jobs' run times alike): the p10 and p90
 starts bound the interval, the p50 start is the estimate.
 
@@ -22,7 +23,7 @@ through. This keeps a 10,000-job estimate in tens of milliseconds.
 
 What is left out (and so is in the error the replay measures): jobs that arrive later and overtake
 (the interval does not widen for them), priorities moving with age, quotas and strict-FIFO heads,
-node topology (a gang may span nodes; GPU shares count as whole GPUs).
+node topology beyond rule *gang on nodes* (GPU shares count as whole GPUs).
 
 Cost: O(P x B) for P pending jobs and B profile steps (B <= 2P + R), vectorised per job.
 """
@@ -188,6 +189,20 @@ class StartEstimates:
                                              duration=duration, scope=scope)
 
 
+def _node_free_times(lay, busy: np.ndarray, t: int) -> np.ndarray:  # noqa: ANN001
+    """Type ``t``'s nodes x their GPUs: when each GPU is free, ascending per node (inf: no such GPU)."""
+    nodes = np.flatnonzero(lay.node_type == t)
+    if len(nodes) == 0:
+        return np.zeros((0, 0))
+    row = np.full(len(lay.node_type), -1, dtype=np.int64)
+    row[nodes] = np.arange(len(nodes))
+    gpus = np.flatnonzero(lay.gpu_type == t)
+    out = np.full((len(nodes), int(lay.node_gpus[nodes].max())), np.inf)
+    out[row[lay.gpu_node[gpus]], lay.gpu_local[gpus]] = busy[gpus]
+    out.sort(axis=1)
+    return out
+
+
 class _Walk:
     """One walk of the priority order on per-type free profiles (see the module docstring)."""
 
@@ -221,6 +236,8 @@ class _Walk:
                     self.reserved_from[int(d.extra["pending_row"])] = float(d.reservation.start_ts)
         self.types = [np.flatnonzero(lay.gpu_type == t) for t in range(lay.n_types)]
         self.profiles = [FreeProfile(now, len(g), busy[g]) for g in self.types]
+        self._nodes = [_node_free_times(lay, busy, t) for t in range(lay.n_types)]
+        self._gang_floors: dict[tuple[int, int], float] = {}
         self.allowed = ctx.sizing.allowed
         self.order = plan.order
         self.checks: list[tuple[list[FreeProfile], dict[int, float]]] = []
@@ -248,11 +265,12 @@ class _Walk:
         not_before = floor.get(scope, -math.inf) if self.strict else -math.inf
         if as_planned and i in self.reserved_from:
             not_before = max(not_before, self.reserved_from[i])
-        if as_planned and i >= 0 and self.plan.action[i] in ("wait", "reserve"):
+        held = as_planned and i >= 0 and self.plan.action[i] in ("wait", "reserve")
+        if held:
             not_before = max(not_before, self.next_change)
         best, best_t = math.inf, -1
         for t in np.flatnonzero(allowed):
-            s = profiles[t].earliest(k, d, not_before)
+            s = profiles[t].earliest(k, d, max(not_before, self.gang_floor(int(t), k)) if held else not_before)
             if s < best:
                 best, best_t = s, int(t)
         if best_t >= 0:
@@ -260,6 +278,29 @@ class _Walk:
         if self.strict:
             floor[scope] = max(floor.get(scope, -math.inf), best)
         return best
+
+    def gang_floor(self, t: int, k: int) -> float:
+        """Rule *gang on nodes*: the earliest instant the GPUs held now (running jobs and this plan's
+        starts) leave ``k`` GPUs of type ``t`` free on one node (``k`` up to a node's GPUs) or
+        ``ceil(k / G)`` whole nodes of ``G`` GPUs free (larger gangs); -inf for one GPU. It binds a
+        job the plan holds (wait, reserve): the plan saw free GPUs scattered over nodes and did not
+        start it there; what-ifs and scored jobs are booked without it."""
+        if k <= 1:
+            return -math.inf
+        key = (t, k)
+        out = self._gang_floors.get(key)
+        if out is None:
+            nodes = self._nodes[t]  # (nodes of type t, G): each node's GPU free times, ascending
+            if nodes.size == 0:
+                out = math.inf
+            elif k <= nodes.shape[1]:
+                out = float(nodes[:, k - 1].min())
+            else:
+                whole = np.sort(nodes[:, -1])
+                m = -(-k // nodes.shape[1])
+                out = float(whole[m - 1]) if m <= len(whole) else math.inf
+            self._gang_floors[key] = out
+        return out
 
     def _skip(self, i: int) -> bool:
         a = self.plan.action[i]

@@ -18,11 +18,12 @@ _REPLAY_PAGE = 500
 
 
 @router.websocket("/v1/stream")
-async def stream(websocket: WebSocket, since: int | None = None) -> None:
+async def stream(websocket: WebSocket, since: int | None = None, estimates: bool = False) -> None:
     """Send every change as ``{"seq", "ts", "kind", "job_id", "team", "data"}``; see ``serving.stream``.
 
     Authenticate with ``Authorization: Bearer <token>`` or the subprotocol ``bearer.<token>``. Members
-    receive only their team's events (and those without a team).
+    receive only their team's events (and those without a team). ``?estimates=true``: also the
+    unnumbered ``start_estimates`` messages (all current estimates after the hello, then what moved).
     """
     service: Service = websocket.app.state.service
     subprotocols = websocket.headers.get("sec-websocket-protocol")
@@ -39,7 +40,7 @@ async def stream(websocket: WebSocket, since: int | None = None) -> None:
         return
     await websocket.accept(subprotocol=WS_SUBPROTOCOL_PREFIX.rstrip(".") if via_subprotocol else None)
     hub = service.hub
-    client, live_from = hub.register(principal)
+    client, live_from = hub.register(principal, estimates=estimates)
     service.metrics.stream_clients.set(hub.client_count)
     sender = asyncio.create_task(_send_all(websocket, service, client, since, live_from))
     receiver = asyncio.create_task(_drain_incoming(websocket))
@@ -89,8 +90,14 @@ async def _send_all(websocket: WebSocket, service: Service, client: StreamClient
                 client.last_sent = event.seq
             cursor = page[-1].seq
         client.last_sent = max(client.last_sent, live_from)
+    first = await service.hub.first_estimates(client)  # all current start estimates (not numbered)
+    if first is not None:
+        await websocket.send_text(first)
     while True:
         seq, text = await client.queue.get()
+        if seq is None:  # a start-estimate delta
+            await websocket.send_text(text)
+            continue
         if seq <= client.last_sent:
             continue
         await websocket.send_text(text)

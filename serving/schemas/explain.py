@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["StartEstimatePublic", "ExplainPublic", "TeamUsagePoint", "TeamFairSharePublic"]
+__all__ = ["StartEstimatePublic", "ExplainPublic", "PlanAgePublic", "TeamUsagePoint", "TeamFairSharePublic"]
 
 
 class StartEstimatePublic(BaseModel):
@@ -22,6 +22,18 @@ class StartEstimatePublic(BaseModel):
     rule: str = ""
 
 
+class PlanAgePublic(BaseModel):
+    """Which plan the explanation reads (rule *latest plan*): it may predate the last queue change."""
+
+    made_at: float = Field(description="when the plan was decided (epoch seconds)")
+    age_s: float = Field(description="its age at the answer")
+    as_of_seq: int = Field(description="the stream seq of the queue it was decided on")
+    queue_seq: int = Field(description="the stream seq of the queue now")
+    current: bool = Field(description="true when the queue has not changed since the plan")
+    refresh_cpu_s: float = Field(description="CPU seconds that plan and its estimates took")
+    rule: str = ""
+
+
 class ExplainPublic(BaseModel):
     """Why a pending job is not running: ``summary`` sentences, then the ``chain`` of reasons (asks,
     could_run_on, held_by, ahead, reservation, limits, decision, start_estimate, what_if), each naming
@@ -31,6 +43,7 @@ class ExplainPublic(BaseModel):
     as_of: float
     summary: list[str]
     chain: dict[str, Any]
+    plan: PlanAgePublic | None = None
 
 
 class TeamUsagePoint(BaseModel):

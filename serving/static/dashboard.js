@@ -230,14 +230,12 @@ function refreshTeamsSoon() {
   state.teamsTimer = setTimeout(async () => { state.teams = (await api("/v1/teams")).teams; renderTeams(); }, 300);
 }
 
-// start estimates move with every change of the queue: re-read them (debounced) from /v1/queue
-function refreshStartsSoon() {
-  clearTimeout(state.startsTimer);
-  state.startsTimer = setTimeout(async () => {
-    const queue = await api("/v1/queue");
-    for (const j of queue.jobs) { const mine = state.jobs.get(j.job_id); if (mine) mine.start_estimate = j.start_estimate; }
-    renderQueue();
-  }, 500);
+// start estimates come on the stream (?estimates=true): all of them after the hello, then the ones
+// that moved; they carry no seq (derived state, not replayed)
+function applyEstimates(msg) {
+  if (msg.full) for (const job of state.jobs.values()) if (job.status === "pending") job.start_estimate = null;
+  for (const [id, e] of Object.entries(msg.estimates)) { const job = state.jobs.get(id); if (job) job.start_estimate = e; }
+  renderQueue();
 }
 
 function applyEvent(ev) {
@@ -252,10 +250,9 @@ function applyEvent(ev) {
     state.jobs.set(data.job.job_id, data.job);
     renderQueue(isNew ? data.job.job_id : null);
     refreshTeamsSoon();
-    refreshStartsSoon();
   } else if (ev.kind === "decision") {
     const job = state.jobs.get(ev.job_id);
-    if (job) { job.decision = data.decision; renderQueue(); refreshStartsSoon(); }
+    if (job) { job.decision = data.decision; renderQueue(); }
   } else if (ev.kind === "reservation.created" || ev.kind === "reservation.updated") {
     state.reservations.set(ev.job_id, data.reservation); renderTimeline();
   } else if (ev.kind === "reservation.released") {
@@ -267,12 +264,13 @@ function applyEvent(ev) {
 
 function connect() {
   const proto = location.protocol === "https:" ? "wss" : "ws";
-  const ws = new WebSocket(`${proto}://${location.host}/v1/stream?since=${state.lastSeq}`, ["bearer", `bearer.${state.token}`]);
+  const ws = new WebSocket(`${proto}://${location.host}/v1/stream?since=${state.lastSeq}&estimates=true`, ["bearer", `bearer.${state.token}`]);
   state.ws = ws;
   ws.onopen = () => { $("#conn").textContent = "live"; $("#conn").className = "badge on"; state.retryMs = 500; };
   ws.onmessage = (msg) => {
     const ev = JSON.parse(msg.data);
     if (ev.kind === "stream.hello") return;
+    if (ev.kind === "start_estimates") { applyEstimates(ev); return; }
     applyEvent(ev);
   };
   ws.onclose = (e) => {

@@ -97,3 +97,30 @@ def test_team_fairshare_explained(client: TestClient) -> None:
     assert doc["usage_fraction"] > 0.99 and doc["over_share"] and doc["factor"] < 0.5
     assert doc["recovers_in_s"] is None
     assert client.get("/v1/teams/nobody", headers=auth("admin")).status_code == 404
+
+
+def test_after_a_queue_change_explain_answers_from_the_latest_plan_and_says_how_old(client: TestClient) -> None:
+    _fill(client)
+    _submit(client, "early", num_gpus=16, team="nlp", time_limit_s=3600)
+    first = client.get("/v1/jobs/early/explain", headers=auth("admin")).json()["plan"]
+    assert first["current"] is True and first["as_of_seq"] == first["queue_seq"]
+    estimates = client.app.state.service._queue_estimates  # noqa: SLF001
+    estimates.wait_background(30)
+    _submit(client, "later", num_gpus=16, team="vision", time_limit_s=3600)
+    # the kept plan predates "later": explain answers from it at once, says so, refreshes behind
+    stale = client.get("/v1/jobs/early/explain", headers=auth("admin")).json()
+    assert stale["plan"]["current"] is False and stale["plan"]["as_of_seq"] == first["as_of_seq"]
+    assert stale["plan"]["queue_seq"] > stale["plan"]["as_of_seq"]
+    assert stale["chain"]["ahead"]["rank"] == 1
+    estimates.wait_background(30)
+    fresh = client.get("/v1/jobs/early/explain", headers=auth("admin")).json()["plan"]
+    assert fresh["current"] is True and fresh["as_of_seq"] == fresh["queue_seq"] > first["as_of_seq"]
+    # a job submitted since the kept plan is not in it: explain waits for a plan that holds it
+    _submit(client, "newest", num_gpus=16, team="nlp", time_limit_s=3600)
+    newest = client.get("/v1/jobs/newest/explain", headers=auth("admin"))
+    assert newest.status_code == 200, newest.text
+    assert newest.json()["plan"]["current"] is True and newest.json()["chain"]["ahead"]["rank"] >= 2
+    # a job that started since the kept plan is not explained from it
+    estimates.wait_background(30)
+    assert client.post("/v1/jobs/early/events", json={"kind": "started"}, headers=auth("scheduler")).status_code == 200
+    assert client.get("/v1/jobs/early/explain", headers=auth("admin")).status_code == 404

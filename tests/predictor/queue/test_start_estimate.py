@@ -9,6 +9,7 @@ from predictor.capacity.inventory import homogeneous_inventory
 from predictor.policy.presets import load_policy
 from predictor.policy.scheduler import decide
 from predictor.queue.start_estimate import FreeProfile, estimate_starts, running_quantile_ends
+from features.schema import PLACEMENT_CLASSES
 from tests.builders import SnapshotBuilder, make_job, make_running
 
 NOW = 10_000.0
@@ -108,3 +109,22 @@ def test_strict_fifo_never_lets_a_job_start_before_the_one_ahead() -> None:
     plan, snap = _plan(jobs, running)  # best effort: the small one backfills now
     est = estimate_starts(plan, [np.array([5000.0])] * 3)
     assert est.p50_ts[_row(snap, "small")] == NOW
+
+
+def test_a_gang_waits_for_a_node_with_its_gpus_free_not_for_scattered_ones() -> None:
+    # two 8-GPU nodes; when "a" ends 8 GPUs are free (4 + 2 on node 0, 2 on node 1), but no node has
+    # 8 free until "b" ends and node 0 is whole
+    running = [make_running("a").gpus(4).on("node-0000", range(4)).started(NOW - 100).ends(NOW + 1000),
+               make_running("b").gpus(2).on("node-0000", (4, 5)).started(NOW - 100).ends(NOW + 3000),
+               make_running("c").gpus(6).on("node-0001", range(6)).started(NOW - 100).ends(NOW + 5000)]
+    # spread over two nodes it would run 3x slower: the plan holds it for one node (wait_for_better)
+    slow = {c: 3.0 for c in PLACEMENT_CLASSES[1:]}
+    plan, snap = _plan([make_job("g").gpus(8).predict(1000, 1000, 1000).slowdown(slow).submitted(NOW)], running)
+    i = _row(snap, "g")
+    assert plan.action[i] in ("wait", "reserve")
+    dur = [np.array([1000.0, 3000.0, 5000.0])] * 3  # they end at NOW + 900, + 2900, + 4900
+    est = estimate_starts(plan, dur)
+    # rule *gang on nodes*: when node 0 is whole, not when 8 scattered GPUs are free (NOW + 900)
+    for arr in (est.p10_ts, est.p50_ts):
+        assert arr[i] == pytest.approx(NOW + 2900)
+    assert est.p90_ts[i] >= NOW + 2900
