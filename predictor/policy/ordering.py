@@ -122,7 +122,7 @@ def starvation_threshold_s(ctx: CycleContext, aging: AgingConfig) -> np.ndarray 
     with np.errstate(invalid="ignore", over="ignore"):
         t = k * ctx.p90
         b = aging.starvation_backlog_factor
-        if b is not None:
+        if b > 0:
             t = np.fmax(t, b * backlog_drain_s(ctx))
         t = np.clip(t, aging.starvation_min_s, t_max)
     return np.where(np.isfinite(t), t, float(t_max))
