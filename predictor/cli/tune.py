@@ -135,7 +135,7 @@ def _print(result) -> None:
     console = Console()
     console.print(f"rule: {result.choice.rule}")
     if not result.choice.qualified:
-        _out.print("[bold yellow]warning:[/] no front point matched qssf on max wait, SLA misses and Jain's "
+        _out.print("[bold yellow]warning:[/] no front point matched qssf on avg JCT, max wait, SLA misses and Jain's "
                    "index on the tuning window; the closest one was chosen")
     console.print("chosen: " + ", ".join(f"{k}={v:.4g}" for k, v in result.chosen.params.items()))
     table = Table(title=f"validation window ({result.split.validate_jobs:,} jobs never seen by a trial)")

@@ -125,6 +125,10 @@ class AgingConfig(_Section):
         "starvation_after_s) instead of starvation_after_s (null: starvation_after_s for every job)"))
     starvation_min_s: float = Field(2 * HOUR, gt=0, description=(
         "lower clamp of the run-time-relative threshold (starvation_run_time_factor)"))
+    starvation_backlog_factor: float = Field(0.0, ge=0, description=(
+        "if set, a job's threshold is at least this x the queue's drain time (the pending jobs' "
+        "predicted GPU-seconds / the cluster's GPUs, this cycle), still at most starvation_after_s: "
+        "the longer the whole queue, the later a job counts as starving (0: no backlog term)"))
     guard_depth: int | None = Field(1, ge=1, le=1_000_000, description=(
         "how many starving jobs enter the guard band at once, the earliest to start starving first; "
         "the others keep their normal priority until one of them leaves (null: all)"))

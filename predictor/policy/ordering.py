@@ -20,7 +20,9 @@ One rule per class behind :class:`Ordering`, chosen by ``policy.ordering`` from 
 Rule *starvation guard* (any ordering; ``aging`` section). Job ``j`` *starves* once it has waited
 its threshold ``T_j``: ``T_j = aging.starvation_after_s = T_max`` for every job, or, with
 ``starvation_run_time_factor = k``, ``T_j = clamp(k x p90_j, starvation_min_s, T_max)`` (``p90_j``
-the predicted run time; ``T_max`` when unknown). Starving jobs are ranked by the time they started
+the predicted run time; ``T_max`` when unknown); with ``starvation_backlog_factor = b`` also
+``T_j = clamp(max(k x p90_j, b x D), starvation_min_s, T_max)``, ``D`` the queue's drain time this
+cycle (pending predicted GPU-seconds / the cluster's GPUs, :func:`backlog_drain_s`). Starving jobs are ranked by the time they started
 starving, ``e_j = submit_j + T_j`` (then submit time, then row); the first ``aging.guard_depth`` of
 them (all when null; jobs that can never run on this cluster are left out) form the *guard band*, ordered above every other job in that rank order. The
 others keep their normal priority until a band member leaves the queue. Hence a job in the band is
@@ -48,7 +50,7 @@ from predictor.policy.factors import FACTORS, PriorityFactor
 from predictor.policy.factors.base import hours
 
 __all__ = ["Ordering", "OrderKeys", "ORDERINGS", "GUARD_BASE", "NORMAL_MAX", "order_pending",
-           "guard_priority", "starvation_threshold_s"]
+           "guard_priority", "starvation_threshold_s", "backlog_drain_s"]
 
 #: Highest priority of the normal band; the starvation guard band starts just above.
 NORMAL_MAX = 2**31 - 1
@@ -118,8 +120,20 @@ def starvation_threshold_s(ctx: CycleContext, aging: AgingConfig) -> np.ndarray 
     if k is None:
         return np.full(n, float(t_max))
     with np.errstate(invalid="ignore", over="ignore"):
-        t = np.clip(k * ctx.p90, aging.starvation_min_s, t_max)
+        t = k * ctx.p90
+        b = aging.starvation_backlog_factor
+        if b > 0:
+            t = np.fmax(t, b * backlog_drain_s(ctx))
+        t = np.clip(t, aging.starvation_min_s, t_max)
     return np.where(np.isfinite(t), t, float(t_max))
+
+
+def backlog_drain_s(ctx: CycleContext) -> float:
+    """The queue's drain time this cycle: predicted GPU-seconds of the pending jobs (those with a
+    prediction) over the cluster's GPUs."""
+    g = ctx.gpu_seconds
+    n = ctx.layout.n_gpus
+    return float(np.nansum(g)) / n if n else 0.0
 
 
 class MultifactorOrdering:

@@ -267,7 +267,7 @@ def render_html(result: TuneResult) -> str:
     """The self-contained page a person reads without the JSON."""
     s = result.split
     warn = "" if result.choice.qualified else (
-        "<p class='warn'>No point of the front was at least as good as QSSF on maximum wait, SLA misses and "
+        "<p class='warn'>No point of the front was at least as good as QSSF on average JCT, maximum wait, SLA misses and "
         "Jain's index on the tuning window; the chosen point is the closest one (see the rule).</p>")
     split = "".join(f"<li>{html.escape(line.strip())}</li>" for line in s.describe()[1:])
     t = result.seconds

@@ -11,7 +11,8 @@ NSGA-II's generation is exactly such a batch; the multi-objective TPE samples ea
 trials told before it.
 
 The first trial is the base policy itself (its searched settings brought into their ranges), so the
-front never misses a point the default already reaches.
+front never misses a point the default already reaches; the second is the point of the space nearest
+to QSSF (``predictor.tune.space.qssf_like``), the baseline the chosen point is judged against.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from optuna.trial import TrialState
 from features.errors import InputError
 from predictor.policy.config import PolicyConfig
 from predictor.tune.objectives import Objective, objective_values
-from predictor.tune.space import SEARCH_SPACE, Parameter, distributions, policy_with, values_in
+from predictor.tune.space import SEARCH_SPACE, Parameter, distributions, policy_with, qssf_like, values_in
 
 __all__ = ["SAMPLERS", "TrialRecord", "SearchResult", "make_sampler", "search"]
 
@@ -101,6 +102,8 @@ def search(evaluate: Evaluate, base: PolicyConfig, objectives: Sequence[Objectiv
                                 sampler=make_sampler(sampler, seed, population), study_name="predictor-tune")
     dists = distributions(space)
     study.enqueue_trial(values_in(base, space))
+    if trials > 1:
+        study.enqueue_trial(qssf_like(base, space))
     records: list[TrialRecord] = []
     while len(records) < trials:
         asked = [study.ask(dists) for _ in range(min(population, trials - len(records)))]

@@ -26,7 +26,8 @@ from features.errors import InputError
 from predictor.policy.config import PolicyConfig
 from predictor.policy.presets import policy_from_mapping
 
-__all__ = ["Parameter", "SEARCH_SPACE", "distributions", "apply", "policy_with", "values_in", "check_space"]
+__all__ = ["Parameter", "SEARCH_SPACE", "distributions", "apply", "policy_with", "values_in", "check_space",
+           "QSSF_LIKE", "qssf_like"]
 
 HOUR = 3600.0
 DAY = 24 * HOUR
@@ -85,6 +86,8 @@ SEARCH_SPACE: tuple[Parameter, ...] = (
     # a job starves after factor x its p90, floored at starvation_min_s (capped at starvation_after_s)
     Parameter("aging.starvation_run_time_factor", 1.0, 64.0, log=True),
     Parameter("aging.starvation_min_s", 600.0, DAY, log=True),
+    # ... and at least this x the queue's drain time (0: no backlog term)
+    Parameter("aging.starvation_backlog_factor", 0.0, 4.0),
     # guard depth: starving jobs in the guard band at once
     Parameter("aging.guard_depth", 1, 64, log=True, integer=True),
     # shortness scale: predicted GPU-seconds scoring 1 and 0 (log scale between)
@@ -150,6 +153,24 @@ def values_in(policy: PolicyConfig, space: Sequence[Parameter] = SEARCH_SPACE) -
             value = p.high
         out[p.name] = p.clip(value)
     return out
+
+
+#: The point of the space nearest to QSSF: shortness alone orders (the other weights 0), the starvation
+#: guard as late as the space allows, no reservation, no preemption. Seeded into every study (trial 1)
+#: so the front holds a point next to the baseline the chosen point must beat.
+QSSF_LIKE: dict[str, float] = {
+    "weights.age": 0.0, "weights.tier": 0.0, "weights.sla": 0.0, "weights.fairshare": 0.0, "weights.topology": 0.0,
+    "aging.starvation_after_s": 7 * DAY, "aging.starvation_run_time_factor": 64.0, "aging.starvation_min_s": DAY,
+    "aging.starvation_backlog_factor": 0.0, "reservation.depth": 0, "preemption.max_preemptors_per_cycle": 0,
+}
+
+
+def qssf_like(policy: PolicyConfig, space: Sequence[Parameter] = SEARCH_SPACE) -> dict[str, float | int]:
+    """``policy``'s searched values with :data:`QSSF_LIKE` laid over them (those in ``space``)."""
+    values = values_in(policy, space)
+    names = {p.name: p for p in space}
+    values.update({k: names[k].clip(v) for k, v in QSSF_LIKE.items() if k in names})
+    return values
 
 
 def check_space(base: PolicyConfig, space: Sequence[Parameter] = SEARCH_SPACE) -> None:

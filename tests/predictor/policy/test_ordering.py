@@ -96,3 +96,29 @@ def test_priorities_fit_slurm_and_kueue_ranges(preset, submits, p50, now_after):
     assert (prio >= 1).all() and (prio <= SLURM_PRIORITY_MAX).all()
     assert (prio // 2 <= KUEUE_PRIORITY_MAX).all()
     assert (np.diff(prio) <= 0).all()
+
+
+def test_backlog_term_delays_starvation_while_the_queue_is_long():
+    # 16 GPUs; one job waiting 3 h (threshold floor 2 h) behind a queue holding 16 x 10 h of GPU-time
+    waiter = make_job("waiter").submitted(0).predict(600).gpus(1).tier("research")
+    queue = [make_job(f"q{i}").submitted(10_000).predict(36_000).gpus(1).tier("research") for i in range(16)]
+    base = {"starvation_run_time_factor": 4.0, "starvation_min_s": 7200.0, "guard_depth": None}
+    now = 10_800.0
+    _, _, ctx, _ = ranked(policy_from_mapping({"aging": base}), waiter, *queue, now=now)
+    from predictor.policy.ordering import backlog_drain_s, starvation_threshold_s
+    drain = backlog_drain_s(ctx)
+    assert drain == pytest.approx((600 + 16 * 36_000) / 16)  # ~10 h
+    plain = policy_from_mapping({"aging": base})
+    assert starvation_threshold_s(ctx, plain.aging)[0] == 7200.0  # 4 x p90 (600) under the 2 h floor
+    ids, prio, _, _ = ranked(plain, waiter, *queue, now=now)
+    assert prio[ids.index("waiter")] >= GUARD_BASE  # starving after 3 h
+    relative = policy_from_mapping({"aging": {**base, "starvation_backlog_factor": 0.5}})
+    t = starvation_threshold_s(ctx, relative.aging)
+    assert t[0] == pytest.approx(0.5 * drain)  # ~5 h: not starving yet
+    ids, prio, _, _ = ranked(relative, waiter, *queue, now=now)
+    assert prio.max() <= NORMAL_MAX
+    # still capped by T_max: the bound of docs/rules-layer.md holds whatever the backlog
+    capped = policy_from_mapping({"aging": {**base, "starvation_backlog_factor": 100.0, "starvation_after_s": 9000.0}})
+    assert starvation_threshold_s(ctx, capped.aging).max() == 9000.0
+    ids, prio, _, _ = ranked(capped, waiter, *queue, now=now)
+    assert ids[0] == "waiter" and prio[0] >= GUARD_BASE

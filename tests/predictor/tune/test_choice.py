@@ -7,7 +7,7 @@ import math
 import pytest
 
 from features.errors import InputError
-from predictor.tune.choice import choose
+from predictor.tune.choice import choose, margin
 from predictor.tune.objectives import DEFAULT_OBJECTIVES, no_worse, parse_objectives
 
 QSSF = {"avg_jct_s": 500.0, "max_wait_s": 10_000.0, "sla_misses": 4, "jain_index": 0.90}
@@ -18,22 +18,35 @@ def point(jct, wait, sla, jain):
 
 
 @pytest.mark.parametrize("front, chosen", [
-    pytest.param([point(450, 9_000, 4, 0.91), point(400, 9_500, 3, 0.90), point(300, 12_000, 1, 0.95)], 1,
-                 id="lowest-jct-among-those-no-worse-than-qssf"),
-    pytest.param([point(400, 10_000, 4, 0.90), point(400, 9_000, 4, 0.90)], 0, id="tie-earlier-trial"),
-    pytest.param([point(300, 9_000, 5, 0.99), point(600, 5_000, 0, 0.99)], 1, id="an-sla-miss-more-disqualifies"),
-    pytest.param([point(300, 9_000, 2, 0.899), point(900, 9_000, 2, 0.95)], 1, id="a-lower-jain-disqualifies"),
+    # margins 10 % (all four gain at least 10 %) and 1 % (max wait); the third waits longer than QSSF
+    pytest.param([point(450, 9_000, 3, 0.91), point(300, 9_900, 2, 0.95), point(200, 12_000, 1, 0.95)], 0,
+                 id="largest-margin-not-lowest-jct"),
+    pytest.param([point(450, 9_000, 3, 0.91), point(400, 9_800, 3, 0.91)], 0, id="a-thin-max-wait-margin-loses"),
+    pytest.param([point(400, 9_000, 3, 0.91), point(400, 9_000, 3, 0.91)], 0, id="tie-earlier-trial"),
+    pytest.param([point(300, 9_000, 5, 0.99), point(490, 5_000, 0, 0.99)], 1, id="an-sla-miss-more-disqualifies"),
+    pytest.param([point(300, 9_000, 2, 0.899), point(490, 9_000, 2, 0.95)], 1, id="a-lower-jain-disqualifies"),
+    pytest.param([point(501, 5_000, 0, 0.99), point(500, 10_000, 4, 0.90)], 1, id="a-higher-jct-disqualifies"),
 ])
-def test_the_rule_picks_the_lowest_jct_among_points_no_worse_than_qssf(front, chosen):
+def test_the_rule_picks_the_largest_margin_among_points_no_worse_than_qssf_on_all_four(front, chosen):
     choice = choose(front, QSSF)
     assert choice.qualified and choice.index == chosen
-    assert "no worse than qssf" in choice.rule and "max_wait_s <= 10000" in choice.rule
+    assert "no worse than qssf on all four" in choice.rule and "max_wait_s <= 10000" in choice.rule
+    assert "avg_jct_s <= 500" in choice.rule
+
+
+def test_margin_is_the_smallest_relative_gain():
+    assert margin(point(450, 9_000, 3, 0.95), QSSF) == pytest.approx(0.10)  # JCT and max wait 10 %
+    assert margin(point(250, 5_000, 0, 0.91), QSSF) == pytest.approx(0.10)  # unfairness 0.10 -> 0.09
+    assert margin(QSSF, QSSF) == 0.0  # QSSF itself qualifies, with no margin
+    assert margin(point(600, 5_000, 0, 0.99), QSSF) == pytest.approx(-0.2)
+    assert margin(point(None, 5_000, 0, 0.99), QSSF) == -math.inf
 
 
 def test_when_none_qualifies_the_smallest_worst_shortfall_is_chosen_and_the_rule_says_so():
     front = [point(300, 20_000, 4, 0.90),   # max wait 100 % worse
              point(350, 11_000, 4, 0.90),   # 10 % worse
-             point(320, 10_000, 6, 0.90)]   # SLA misses 50 % worse
+             point(320, 10_000, 6, 0.90),   # SLA misses 50 % worse
+             point(600, 10_000, 4, 0.90)]   # JCT 20 % worse
     choice = choose(front, QSSF)
     assert not choice.qualified and choice.index == 1
     assert "no front point qualified" in choice.rule and "10.0% worse" in choice.rule

@@ -70,3 +70,16 @@ def test_an_invalid_combination_names_the_field() -> None:
 def test_a_row_that_names_no_setting_fails_before_any_trial() -> None:
     with pytest.raises(InputError, match="aging.no_such_setting is not a setting"):
         check_space(load_policy("ours"), (Parameter("aging.no_such_setting", 1.0, 2.0),))
+
+
+def test_the_qssf_like_point_lies_in_the_space_and_orders_by_shortness_alone() -> None:
+    from predictor.tune.space import qssf_like
+
+    base = load_policy("ours")
+    values = qssf_like(base)
+    for p, dist in zip(SEARCH_SPACE, distributions().values(), strict=True):
+        assert dist._contains(dist.to_internal_repr(values[p.name]))
+    policy = policy_with(base, values)
+    assert {k for k, w in policy.weights.items() if w > 0} == {"shortness"}
+    assert policy.reservation.depth == 0 and policy.preemption.max_preemptors_per_cycle == 0
+    assert policy.aging.starvation_min_s == 86400.0 and policy.aging.starvation_backlog_factor == 0.0

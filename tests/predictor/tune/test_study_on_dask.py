@@ -141,7 +141,7 @@ def test_the_cli_writes_every_output_logs_to_mlflow_and_one_worker_finds_the_sam
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "split of 400 jobs by submit time" in captured.err and "validate  120 jobs" in captured.err
-    assert "rule: lowest avg_jct_s" in captured.out
+    assert "rule: largest margin over qssf" in captured.out
     doc = json.loads((out / "report.json").read_text())
     assert doc == json.loads(json.dumps(report_document(ref)))  # 1 worker here, 2 there: same study
     # policy.yaml is a complete policy file: the loaders, `policy validate` and `simulate` take it
