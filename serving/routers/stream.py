@@ -13,6 +13,10 @@ from serving.auth import WS_SUBPROTOCOL_PREFIX
 from serving.service import Service
 from serving.stream import CLOSE_TOO_SLOW, StreamClient, encode_event
 
+#: How long a dropped slow client has to read what was already sent before the ``4429`` close frame
+#: (its socket buffers are full: the frame waits behind them); then the connection is aborted.
+SLOW_CLOSE_GRACE_S = 10.0
+
 router = APIRouter()
 _REPLAY_PAGE = 500
 
@@ -54,7 +58,7 @@ async def stream(websocket: WebSocket, since: int | None = None, estimates: bool
             last = client.last_sent
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(websocket.close(
-                    code=CLOSE_TOO_SLOW, reason=f"too slow; resume with since={last}"), timeout=2.0)
+                    code=CLOSE_TOO_SLOW, reason=f"too slow; resume with since={last}"), timeout=SLOW_CLOSE_GRACE_S)
         elif sender in done and sender.exception() is not None and not isinstance(
                 sender.exception(), WebSocketDisconnect | RuntimeError):
             raise sender.exception()  # type: ignore[misc]

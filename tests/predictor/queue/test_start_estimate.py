@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from features.schema import PLACEMENT_CLASSES
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.policy.presets import load_policy
 from predictor.policy.scheduler import decide
 from predictor.queue.start_estimate import FreeProfile, estimate_starts, running_quantile_ends
-from features.schema import PLACEMENT_CLASSES
 from tests.builders import SnapshotBuilder, make_job, make_running
 
 NOW = 10_000.0
