@@ -5,6 +5,9 @@
   source but one, scored on the one left out, for each source in turn; per-source table, pooled
   metrics against the issue's targets, and the pooled metrics of rows whose descriptors were all
   known apart from those where the estimate assumed some (``all_known`` / ``some_unknown``).
+* ``llm_finetuning``: the same held-out predictions restricted to LLM fine-tuning runs (a text
+  model of 1e9 parameters or more, every source but torchtitan, whose runs are pretraining), pooled
+  and per method (full / LoRA / QLoRA): the runs the issue's held-out set is made of.
 * ``descriptors_removed``: the same with the held-out rows' memory descriptors emptied (a log that
   records only size, precision, method, optimizer, batch, sequence and GPUs).
 * ``hardware_tiers``: what the shipped estimate gives for the article's three tiers (the same jobs
@@ -26,8 +29,9 @@ import pandas as pd
 
 from models.memory_analytic import GPU_MEMORY_MIB, analytic_memory
 from models.memory_calibration import FITTED, shipped_calibration
-from models.memory_fitting import leave_one_source_out
+from models.memory_fitting import labelled_rows, leave_one_source_out
 from models.memory_measured import read_measured_folder
+from models.metrics import point_metrics, reservation_metrics
 
 MEMORY_DESCRIPTORS = ("precision_mode", "quantization", "parallel_strategy", "tensor_parallel_size",
                       "pipeline_parallel_size", "context_parallel_size", "grad_checkpointing", "loss_implementation",
@@ -74,12 +78,34 @@ def hardware_tiers() -> dict:
     }
 
 
+#: Sources whose runs are pretraining, not fine-tuning.
+PRETRAINING_SOURCES = ("torchtitan",)
+
+
+def _scores(preds: pd.DataFrame) -> dict:
+    a = preds["measured_mib"].to_numpy()
+    m = {**point_metrics(preds["point_mib"].to_numpy(), a), **reservation_metrics(preds["upper_mib"].to_numpy(), a)}
+    return {"n": int(len(preds)), **{k: m[k] for k in ("within_50pct", "underestimate_rate", "mean_overreserve_ratio")},
+            "median_ratio": float((preds["point_mib"] / preds["measured_mib"]).median())}
+
+
+def llm_finetuning(jobs: pd.DataFrame, preds: pd.DataFrame) -> dict:
+    """Held-out metrics of the LLM fine-tuning rows (module docstring), pooled and per method."""
+    rows = labelled_rows(jobs)[["job_id", "model_params", "seq_len", "finetune_method"]]
+    p = preds.merge(rows, on="job_id", how="left")
+    keep = (p["model_params"] >= 1e9) & (p["seq_len"] > 0) & ~p["source"].isin(PRETRAINING_SOURCES)
+    p = p.loc[keep]
+    method = p["finetune_method"].fillna("full").astype(str).str.lower()
+    return {"pooled": _scores(p), **{m: _scores(p.loc[method == m]) for m in ("full", "lora", "qlora")},
+            "per_source": {name: _scores(g) for name, g in p.groupby("source")}}
+
+
 def memory_checks(folder: Path) -> dict:
     """Every memory figure of ``docs/benchmarks.md`` ("Peak GPU memory, leave one source out")."""
     jobs = read_measured_folder(folder)
     sources = sorted(set(jobs["source"].astype(str)))
     started = time.process_time()
-    table, pooled, _ = leave_one_source_out(jobs, sources=sources)
+    table, pooled, preds = leave_one_source_out(jobs, sources=sources)
     seconds = time.process_time() - started
     _, stripped, _ = leave_one_source_out(jobs, sources=sources, blank_for_prediction=MEMORY_DESCRIPTORS)
     shipped = asdict(shipped_calibration())
@@ -87,6 +113,7 @@ def memory_checks(folder: Path) -> dict:
         "rows": int(len(jobs)), "measured_rows_with_size": int(pooled.get("n", 0)),
         "loso_cpu_seconds": round(seconds, 1),
         "leave_one_source_out": pooled,
+        "llm_finetuning": llm_finetuning(jobs, preds),
         "per_source": [{k: v for k, v in row.items() if k in _TABLE_KEYS and v == v} for row in table.to_dict("records")],
         "descriptors_removed": stripped,
         "hardware_tiers": hardware_tiers(),

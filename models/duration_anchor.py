@@ -36,6 +36,7 @@ BASELINE_COLUMNS: dict[str, str] = {
     "user_mean": "user_log_mean_d",
     "user_recent": "user_recent_logd",
     "request_recent": "request_recent_logd",
+    "request_last2": "request_log_last2_d",
     "family_recent": "family_recent_logd",
     "requested_time": "log_time_limit_s",
 }
@@ -45,6 +46,7 @@ ANCHOR_CHAINS: dict[str, tuple[str, ...]] = {
     "user_last2": ("user_last2",),
     "user_recent": ("user_recent",),
     "request_then_user_recent": ("request_recent", "user_recent"),
+    "request_then_user_last2": ("request_last2", "user_last2"),
     "family_then_user_recent": ("family_recent", "user_recent"),
 }
 _LIMIT = "log_time_limit_s"

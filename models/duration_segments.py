@@ -48,7 +48,7 @@ DEPTH_EDGES = (0, 1, 3, 10)
 #: Lower edges of the bins of the user's recent spread (log q90 - log q10 of the latest runs).
 SPREAD_EDGES = (0.0, 0.7, 1.5, 3.0)
 #: Candidates that are baselines (the rest are the model's own points and blends).
-BASELINE_NAMES = ("user_last2", "user_mean", "user_recent", "request_recent", "family_recent", "requested_time",
+BASELINE_NAMES = ("user_last2", "user_mean", "user_recent", "request_recent", "request_last2", "family_recent", "requested_time",
                   "offset")
 #: Baselines left out of the point choice: means over a key's whole history (and the limit, which
 #: ``offset`` already is). Their quality drifts with the log's age: just after the training window

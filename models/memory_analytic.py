@@ -22,7 +22,9 @@ resolved set of descriptors the estimate is (bytes per GPU, then MiB)::
 3. **LoRA / QLoRA** (Hu et al., 2021; Dettmers et al., 2023): the frozen base is stored at 2 bytes
    (4 in fp32), or by ``quantization`` (nf4 with double quantisation 4.127 bits, fp4 4.5 bits, int4
    GPTQ/AWQ 4.25 bits, int8 / fp8 8 bits) except its embedding and output layers (``2 V h``
-   parameters, kept in 16 bits); it is sharded by ZeRO-3/FSDP and split by tp/pp. Adapters hold
+   parameters, kept in 16 bits; in fp32 on a bitsandbytes base, nf4 / fp4 / int8, which PEFT's
+   ``prepare_model_for_kbit_training`` upcasts, and then the logits are fp32 too:
+   ``models.memory_assumptions.BNB_QUANTIZATIONS``); it is sharded by ZeRO-3/FSDP and split by tp/pp. Adapters hold
    ``trainable_params`` where the record says, else ``19 r h L`` (every linear layer, "all-linear":
    ``19 h`` inputs plus outputs per layer of a Llama-shaped block), in fp32 (4 + 4 + optimizer
    bytes each; 16-bit in a 16-bit-true run, as the rest), sharded and offloaded like any trained
@@ -74,6 +76,7 @@ from models.memory_calibration import MemoryCalibration, shipped_calibration
 __all__ = [
     "GPU_MEMORY_MIB",
     "NCCL_BUFFERS_MIB",
+    "KBIT_LOGIT_EXTRA_BYTES",
     "SELECTIVE_SHARE",
     "MemoryParts",
     "transformer_shape",
@@ -107,6 +110,9 @@ CHUNKED_LOGIT_BYTES = 2.0
 #: Parameters of an all-linear LoRA adapter per rank, hidden unit and layer (q, k, v, o: 2h each;
 #: gate, up, down: h + 2.7h each).
 LORA_PARAMS_PER_RANK_HIDDEN_LAYER = 19.0
+#: Bytes more per logit when the output layer is fp32 (``models.memory_assumptions.BNB_QUANTIZATIONS``):
+#: the logits themselves are fp32 instead of 16-bit.
+KBIT_LOGIT_EXTRA_BYTES = 2.0
 
 _LOW_BIT_OPTIMIZER = 2.5  # at or below this many bytes the optimizer state is quantised, not in the param dtype
 
@@ -166,7 +172,10 @@ def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, s
     adapters = np.where(full, 0.0, np.where(known, sc.trainable,
                                             LORA_PARAMS_PER_RANK_HIDDEN_LAYER * sc.lora_rank * hidden * layers))
     frozen_b = np.where(np.isnan(sc.quant_bytes), weight_b, sc.quant_bytes)
-    frozen = np.where(full, (size - trained) * weight_b, (size - emb) * frozen_b + emb * weight_b)
+    # a bitsandbytes base's layers left unquantised are fp32 after prepare_model_for_kbit_training
+    kbit = sc.kbit_fp32 & ~np.isnan(sc.quant_bytes) & ~full
+    emb_b = np.where(kbit, 4.0, weight_b)
+    frozen = np.where(full, (size - trained) * weight_b, (size - emb) * frozen_b + emb * emb_b)
 
     mp = np.maximum(sc.tensor_parallel * sc.pipeline_parallel, 1.0)
     dp = np.maximum(num_gpus / mp, 1.0)
@@ -194,7 +203,8 @@ def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, s
     vision = sc.batch * cal.image_sample_mib * MIB * (sc.image_size / 224.0) ** 2 * act_scale
     logit_b = np.zeros(len(LOSS))
     logit_b[LOSS["standard"]], logit_b[LOSS["chunked"]] = cal.logit_bytes, CHUNKED_LOGIT_BYTES
-    logit_b = logit_b[sc.loss]
+    # an fp32 output layer (a bitsandbytes base, above) gives fp32 logits: 2 more bytes each where they are kept
+    logit_b = logit_b[sc.loss] + np.where((sc.loss == LOSS["standard"]) & kbit & (weight_b < 4.0), KBIT_LOGIT_EXTRA_BYTES, 0.0)
     logits = np.where(text, tokens * sc.vocab * logit_b / split, 0.0)
     acts = np.where(text, stored * act_scale, vision) + logits
     overhead = cal.context_mib + np.where(num_gpus > 1, NCCL_BUFFERS_MIB, 0.0)

@@ -37,7 +37,7 @@ from features.memory_descriptors import (
     PRECISION_MODES,
 )
 
-__all__ = ["Scenario", "POINT_RULES", "UPPER_VALUES", "MODE", "STRATEGY", "CKPT", "LOSS", "QUANT_BYTES", "OPTIMIZER_BYTES",
+__all__ = ["Scenario", "BNB_QUANTIZATIONS", "POINT_RULES", "UPPER_VALUES", "MODE", "STRATEGY", "CKPT", "LOSS", "QUANT_BYTES", "OPTIMIZER_BYTES",
            "optimizer_state", "resolve_scenarios"]
 
 MODE = {m: i for i, m in enumerate(PRECISION_MODES)}
@@ -47,6 +47,13 @@ LOSS = {c: i for i, c in enumerate(LOSS_IMPLEMENTATIONS)}
 #: Bytes per frozen parameter by quantisation (NaN: stored in the training precision).
 QUANT_BYTES: Mapping[str, float] = {"none": np.nan, "nf4": 4.127 / 8.0, "fp4": 4.5 / 8.0, "int4": 4.25 / 8.0,
                                     "int8": 1.0, "fp8": 1.0}
+#: Quantisations of bitsandbytes (``load_in_4bit`` nf4 / fp4, ``load_in_8bit``). PEFT's
+#: ``prepare_model_for_kbit_training`` (called by the QLoRA paper's ``qlora.py``, TRL and most
+#: Hugging Face QLoRA recipes) casts every parameter left in 16 bits -- embedding, output layer,
+#: norms -- to fp32 on such a base; GPTQ / AWQ (``int4``) and fp8 bases are left alone. The logits
+#: of an fp32 output layer are fp32 too. Nothing in a record says whether a run called it, so the
+#: point and the upper scenario both take it (the larger case; torchtune and fsdp_qlora do not).
+BNB_QUANTIZATIONS = ("nf4", "fp4", "int8")
 #: Optimizer state per trained parameter in fp32 (bytes), by the first word found in the optimizer's
 #: name (Hugging Face ``optim`` values, torch and bitsandbytes class names): GaLore keeps two moments
 #: projected to rank ~128 of ~4096 (2 x 4 / 16); LOMO fuses the update into backward and keeps none.
@@ -118,6 +125,7 @@ class Scenario:
     seq_len: np.ndarray
     image_size: np.ndarray
     vocab: np.ndarray
+    kbit_fp32: np.ndarray
 
     def where(self, mask: np.ndarray, other: Scenario) -> Scenario:
         """This scenario with ``other``'s values where ``mask`` is true."""
@@ -194,6 +202,11 @@ def resolve_scenarios(
                "batch_size": ~(batch > 0), "seq_len": ~(seq > 0) & ~(image > 0) & large,
                "vocab_size": ~(vocab > 0) & ~(image > 0)}
     qlora = method == "qlora"
+    # bitsandbytes bases (nf4 / fp4 / int8; an unknown qlora quantisation is nf4): what PEFT's
+    # ``prepare_model_for_kbit_training`` upcasts (BNB_QUANTIZATIONS)
+    bnb = np.isin(_lower(object_column(jobs, "quantization")), BNB_QUANTIZATIONS) | (
+        (quant == 1.0) & (precision == "int8")) | (unknown["quantization"] & qlora)
+    bnb &= method != "full"
     base = Scenario(
         mode=mode,
         quant_bytes=np.where(quant >= 0, quant, np.where(unknown["quantization"] & qlora, QUANT_BYTES["nf4"], np.nan)),
@@ -206,6 +219,7 @@ def resolve_scenarios(
         optimizer_bytes=np.where(optimizer >= 0, optimizer, 8.0), grads_in_backward=in_bwd,
         batch=np.where(batch > 0, batch, POINT_BATCH), seq_len=np.where(seq > 0, seq, np.where(large, POINT_SEQ, np.nan)),
         image_size=np.where(image > 0, image, POINT_IMAGE), vocab=np.where(vocab > 0, vocab, POINT_VOCAB),
+        kbit_fp32=bnb,
     )
     sharded = base.strategy != STRATEGY["ddp"]
     k = np.where(kind == "", np.where(large, "bf16", "fp32"), kind)

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from features.schema import conform
+from models.duration_anchor import ANCHOR_CHAINS, AnchoredDesign, choose_anchor
 from models.duration_segments import SegmentPlan, conformal_shift, segment_ids
 from models.evaluate import duration_rows, predictions_for
 from models.fit import fit_bundle
@@ -92,3 +93,18 @@ def test_point_snaps_to_a_repeated_run() -> None:
     bundle = fit_bundle(train, duration_params=FAST)
     preds, _ = predictions_for(bundle, later)
     assert np.allclose(preds["duration_p50_s"].to_numpy(), 1234.0, rtol=1e-5)
+
+
+def test_request_signature_last2_anchor_falls_back_to_the_user() -> None:
+    """The ``request_then_user_last2`` chain: the signature's last-2 where it has runs, else the
+    user's last-2, else the offset; chosen when it has the lowest error on the training rows."""
+    names = ("log_time_limit_s", "user_log_last2_d", "request_log_last2_d")
+    gm = float(np.log(600.0))
+    X = np.array([[np.nan, np.log(100.0), np.log(3000.0)],   # signature known
+                  [np.nan, np.log(100.0), np.nan],           # only the user
+                  [np.nan, np.nan, np.nan]])                 # nothing: the offset (global median)
+    design = AnchoredDesign(names, gm, ANCHOR_CHAINS["request_then_user_last2"])
+    assert design.anchor(X) + design.offset(X) == pytest.approx([np.log(3000.0), np.log(100.0), gm])
+    y = np.log([3000.0, 100.0, 600.0]) - gm  # target space: log d - offset
+    chosen, errors = choose_anchor(X, y, np.ones(3, bool), names, gm)
+    assert chosen.chain == ("request_last2", "user_last2") and errors["request_then_user_last2"] == pytest.approx(0.0)

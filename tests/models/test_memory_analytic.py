@@ -76,16 +76,18 @@ def test_tensor_and_pipeline_parallelism_divide_states_and_activations() -> None
 
 
 @pytest.mark.parametrize(
-    ("quantization", "frozen_bytes"), [("none", 2.0), ("nf4", 4.127 / 8), ("int8", 1.0), ("int4", 4.25 / 8)],
+    ("quantization", "frozen_bytes", "emb_bytes"),
+    [("none", 2.0, 2.0), ("nf4", 4.127 / 8, 4.0), ("int8", 1.0, 4.0), ("int4", 4.25 / 8, 2.0)],
 )
-def test_frozen_weights_by_quantisation(quantization: str, frozen_bytes: float) -> None:
-    """LoRA over a frozen base: the base by its storage, embeddings and output layer in 16 bits."""
+def test_frozen_weights_by_quantisation(quantization: str, frozen_bytes: float, emb_bytes: float) -> None:
+    """LoRA over a frozen base: the base by its storage, embeddings and output layer in 16 bits
+    (fp32 on a bitsandbytes base: ``prepare_model_for_kbit_training``)."""
     p, trainable, vocab = 7e9, 20e6, 32_000.0
     hidden, _ = transformer_shape(np.array([p]))
     emb = 2 * vocab * hidden[0]
     got = parts(finetune_method="lora", quantization=quantization, trainable_params=trainable,
                 precision_mode="bf16-mixed")["states"]
-    expected = (p - emb) * frozen_bytes + emb * 2.0 + trainable * (4 + 4 + 8)  # fp32 adapters with AdamW
+    expected = (p - emb) * frozen_bytes + emb * emb_bytes + trainable * (4 + 4 + 8)  # fp32 adapters with AdamW
     assert got == pytest.approx(expected / MIB)
 
 

@@ -66,12 +66,29 @@ def test_nf4_qlora_stores_the_frozen_base_in_4_bits_except_embeddings() -> None:
     hidden, layers = (float(v[0]) for v in transformer_shape(np.array([7e9])))
     emb = 2.0 * 32_000.0 * hidden
     adapters = 19.0 * 16.0 * hidden * layers
-    frozen = (7e9 - emb) * QUANT_BYTES["nf4"] + emb * 2.0
+    # bitsandbytes base: embedding and output layer upcast to fp32 (prepare_model_for_kbit_training)
+    frozen = (7e9 - emb) * QUANT_BYTES["nf4"] + emb * 4.0
     # adapters: bf16-true trains them in 16 bits (weights, gradients, AdamW moments in bf16)
     assert p["states"] == pytest.approx((frozen + adapters * (2.0 + 2.0 + 4.0)) / MIB, rel=1e-6)
     assert p["states"] * MIB / 7e9 < 0.7  # about 4.6 GB of weights for 7B, not 14
     unknown = parts(finetune_method="qlora", quantization=None)
     assert "quantization=nf4" in unknown["assumed"] and unknown["upper"] >= p["total"]
+
+
+@pytest.mark.parametrize(("quantization", "emb_bytes", "extra_logit_bytes"), [
+    ("nf4", 4.0, 2.0), ("int8", 4.0, 2.0),  # bitsandbytes: PEFT upcasts what is left in 16 bits, logits fp32
+    ("int4", 2.0, 0.0), ("fp8", 2.0, 0.0),  # GPTQ / AWQ, fp8: left alone
+], ids=["nf4", "int8", "gptq-int4", "fp8"])
+def test_unquantised_layers_of_a_bitsandbytes_base_are_fp32(quantization: str, emb_bytes: float,
+                                                           extra_logit_bytes: float) -> None:
+    hidden, _ = (float(v[0]) for v in transformer_shape(np.array([7e9])))
+    emb = 2.0 * 32_000.0 * hidden
+    q = parts(finetune_method="qlora", quantization=quantization, lora_rank=16.0)
+    lora = parts(finetune_method="lora", quantization="none", lora_rank=16.0)
+    frozen_q = (7e9 - emb) * QUANT_BYTES[quantization] + emb * emb_bytes
+    assert (lora["states"] - q["states"]) * MIB == pytest.approx(7e9 * 2.0 - frozen_q, rel=1e-6)
+    tokens_vocab = 2048.0 * 32_000.0  # the job's batch 1 x sequence 2,048, vocabulary 32k
+    assert (q["logits"] - lora["logits"]) * MIB == pytest.approx(tokens_vocab * extra_logit_bytes, rel=1e-6)
 
 
 def test_paged_optimizer_state_is_not_resident() -> None:
