@@ -106,6 +106,18 @@ def _run(task):
     return wl, window, name, {m: metrics[m] for m in METRICS}, time.process_time() - t0
 
 
+def _value(v: str):
+    """``null``, ``true``/``false``, an integer, a float, else the text itself (``reservation.backfill=none``)."""
+    if v in ("null", "true", "false"):
+        return {"null": None, "true": True, "false": False}[v]
+    if v.lstrip("-").isdigit():
+        return int(v)
+    try:
+        return float(v)
+    except ValueError:
+        return v
+
+
 def parse_variant(text: str) -> tuple[str, dict]:
     if ":" not in text:
         if text not in VARIANTS:
@@ -115,7 +127,7 @@ def parse_variant(text: str) -> tuple[str, dict]:
     values = {}
     for item in body.split(","):
         path, _, v = item.partition("=")
-        values[path] = None if v == "null" else (int(v) if v.lstrip("-").isdigit() else float(v))
+        values[path] = _value(v)
     return name, values
 
 
