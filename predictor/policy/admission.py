@@ -40,7 +40,7 @@ class Admission(PreemptionSteps):
     """Phase 4: the walk over the queue (see the module docstring)."""
 
     def __init__(self, ctx: CycleContext, book: CapacityBook, priority: np.ndarray, run_prio: np.ndarray,
-                 may_preempt: np.ndarray, *, thin_after: int | None = None) -> None:
+                 may_preempt: np.ndarray, *, thin_after: int | None = None, guarded: np.ndarray | None = None) -> None:
         self.ctx, self.book, self.priority, self.run_prio = ctx, book, priority, run_prio
         self.may_preempt = may_preempt
         pol = ctx.policy
@@ -49,6 +49,11 @@ class Admission(PreemptionSteps):
         p, r = ctx.pending, ctx.snapshot.running
         self.outcomes: dict[int, Outcome] = {}
         self.reserve_left = pol.reservation.depth
+        # rule *reserve only the starving* (reservation.only_starving): the guard band heads the order,
+        # so no reservation is left once the walk reaches a job outside it
+        self.guarded_only = None
+        if pol.reservation.only_starving:
+            self.guarded_only = (guarded if guarded is not None else np.zeros(len(p), dtype=bool)).tolist()
         pc = pol.preemption
         self.preempt_left = pc.max_preemptors_per_cycle if pc.enabled and len(r) else 0
         self.strict = pol.queueing.strategy == "strict"
@@ -151,6 +156,8 @@ class Admission(PreemptionSteps):
             i = int(rows[pos])
             prev, cur = cur, (pos if where is None else int(where[pos]))
             pos += 1
+            if self.guarded_only is not None and not self.guarded_only[i]:
+                self.reserve_left = 0
             if strict and self.blocked_all:
                 break  # strict order blocked everywhere: no later job may do anything this cycle
             if never[i] or (strict and scope[i] in self.blocked):

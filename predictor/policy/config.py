@@ -165,6 +165,9 @@ class ReservationConfig(_Section):
     depth: int = Field(1, ge=0, le=10_000, description=(
         "how many blocked jobs get a reservation per cycle, highest priority first (like Slurm's "
         "bf_max_job_test); 0 disables reservations"))
+    only_starving: bool = Field(False, description=(
+        "true: only jobs in the starvation guard band get reservations (blocked jobs above the band's "
+        "depth wait unreserved, as under QSSF, until they starve); the no-starvation bound holds either way"))
     backfill: Literal["p90", "none"] = Field("p90", description=(
         "p90: a lower-priority job may use reserved GPUs when its predicted p90 end is before the "
         "reservation; none: reserved GPUs are never lent"))

@@ -130,7 +130,7 @@ def run_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOut
     run_prio = run.priority if run_prio is None else run_prio
     t2 = clock()
     # 4. admit
-    walk = Admission(ctx, ctx.book, priority, run_prio, may_preempt, thin_after=thin_after)
+    walk = Admission(ctx, ctx.book, priority, run_prio, may_preempt, thin_after=thin_after, guarded=guarded)
     walk.run(order)
     t3 = clock()
     return CycleResult(ctx, ordering, keys, order, priority, guarded, run_prio, walk,

@@ -180,3 +180,24 @@ def test_fallback_predictions_are_planned_with_the_time_limit():
     assert plan.assignments[0].predicted_end_ts == NOW + 7200
     assert d.time_limit_s is None  # no prediction: no suggested limit
     assert any("no duration prediction" in w for w in d.warnings)
+
+
+def test_reserve_only_the_starving():
+    """``reservation.only_starving``: a blocked job outside the starvation guard band gets no
+    reservation (it waits, as under QSSF, and a shorter job may take the GPUs first); a starving
+    one still does, so the no-starvation bound keeps its reservation."""
+    only = {"reservation": {"depth": 8, "only_starving": True},
+            "aging": {"starvation_after_s": 5_000.0, "starvation_run_time_factor": None}}
+    policy = policy_from_mapping(only)
+    fresh = make_job("big").gpus(8).predict(3000).tier("production").submitted(NOW - 100)
+    plan, _ = plan_of(fresh, running=reservation_cluster(), policy=policy)
+    assert by_id(plan)["big"].action == "wait" and by_id(plan)["big"].reservation is None
+    plan, _ = plan_of(fresh, running=reservation_cluster(), policy=policy_from_mapping(
+        {**only, "reservation": {"depth": 8}}))
+    assert by_id(plan)["big"].action == "reserve"  # the same job, reservations for all
+    starving = make_job("big").gpus(8).predict(3000).tier("production").submitted(NOW - 6_000)
+    later = make_job("next").gpus(8).predict(3000).tier("production").submitted(NOW - 200)
+    plan, _ = plan_of(starving, later, running=reservation_cluster(), policy=policy)
+    d = by_id(plan)
+    assert d["big"].action == "reserve" and d["big"].reservation.start_ts == NOW + 1000
+    assert d["next"].action == "wait" and d["next"].reservation is None  # outside the band: none
