@@ -13,6 +13,14 @@ has its GPUs free of the jobs holding them now (rule *gang on nodes*). The walk 
 percentile (the running jobs' remaining times and the pending jobs' run times alike): the p10 and p90
 starts bound the interval, the p50 start is the estimate.
 
+Rule *backfill window* (the p10 end): the walk never lets a job start ahead of one before it, but
+the policy protects only the jobs it reserved for (``reservation.depth``) and backfills the rest past
+each other, EASY-like. So in the p10 walk each held job is also fitted, booking nothing, on an *open*
+profile that holds only the running jobs, this plan's starts and the reserved jobs (where the walk
+books them), with the same floors; its p10 start lies ``BACKFILL_WEIGHT`` of the way from the walk's
+p10 start to that earliest fit. Not under strict queueing (the head blocks), nor for the deep-queue
+fluid. The p50 and p90 starts are the walk's.
+
 ``time_limit`` mode plans on the jobs' time limits instead (what ``squeue --start`` shows): running
 jobs end at start + limit, pending jobs hold their GPUs for their limit.
 
@@ -454,11 +462,11 @@ def estimate_starts(plan: SchedulePlan, running_durations: Sequence[np.ndarray] 
         starts.append(walk.run(until))
         walks.append(walk)
     lo, mid, hi = starts
-    early = walks[0].early
-    early = np.where(np.isfinite(early) & np.isfinite(lo), np.minimum(early, lo), lo)
-    lo = lo - BACKFILL_WEIGHT * (lo - early)  # rule *backfill window* (module docstring)
     mid = np.fmax(mid, lo)
     hi = np.fmax(hi, mid)
+    early = walks[0].early
+    early = np.where(np.isfinite(early) & np.isfinite(lo), np.minimum(early, lo), lo)
+    lo = lo - BACKFILL_WEIGHT * (lo - early)  # rule *backfill window* (module docstring): p50/p90 unmoved
     limit_ts = None
     if running_time_limits is not None:
         lim = np.asarray(running_time_limits, dtype=np.float64)
