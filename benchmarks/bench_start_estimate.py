@@ -50,7 +50,13 @@ def targets(block: dict) -> dict:
     return out
 
 
-def measure(name: str, jobs, inventory, policies: list[str]) -> dict:
+def dump(path: str, rec, est) -> None:  # noqa: ANN001
+    """Per job: submit, first start, and the estimate's p10 / p50 / p90 / backfill start (replay s)."""
+    np.savez(path, submit=rec.jobs.submit_s, start=rec.first_start, made_at=est.made_at, p10=est.p10,
+             p50=est.p50, p90=est.p90, backfill=est.backfill, time_limit=est.time_limit)
+
+
+def measure(name: str, jobs, inventory, policies: list[str], dump_prefix: str | None = None) -> dict:
     rm = replay_with_estimates()
     t0, c0 = time.perf_counter(), time.process_time()
     records, run = run_experiment(jobs, inventory, policies, ExperimentConfig(train_fraction=0.3),
@@ -62,6 +68,8 @@ def measure(name: str, jobs, inventory, policies: list[str]) -> dict:
         out["policies"][rec.policy] = {"start_estimate": block, "targets": targets(block),
                                        "replay_wall_s": rec.wall_s}
         _log(f"{name} {rec.policy}: {json.dumps(block)}")
+        if dump_prefix:
+            dump(f"{dump_prefix}-{name}-{rec.policy}.npz", rec, rm.estimates[rec.policy])
     return out
 
 
@@ -72,18 +80,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--synthetic-jobs", type=int, default=20_000)
     ap.add_argument("--synthetic-gpus", type=int, default=512)
     ap.add_argument("--philly-jobs", type=int, default=None, help="first N jobs of the trace (default: all)")
+    ap.add_argument("--seed", type=int, default=11, help="features.synth.generate seed (default 11)")
+    ap.add_argument("--backfill-weight", type=float, default=None,
+                    help="override predictor.queue.start_estimate.BACKFILL_WEIGHT (calibration)")
+    ap.add_argument("--dump", default=None, help="write per-job estimates to PREFIX-SECTION-POLICY.npz")
     ap.add_argument("--quick", action="store_true", help="3,000 synthetic jobs on 128 GPUs, 3,000 Philly jobs")
     args = ap.parse_args(argv)
     policies = args.policies.split(",")
-    doc: dict = {"policies": policies}
+    if args.backfill_weight is not None:
+        import predictor.queue.start_estimate as se
+
+        se.BACKFILL_WEIGHT = args.backfill_weight
+    doc: dict = {"policies": policies, "seed": args.seed}
+    if args.backfill_weight is not None:
+        doc["backfill_weight"] = args.backfill_weight
     sections = args.sections.split(",")
     if "synthetic" in sections:
         from features.synth import generate
 
         n, g = (3000, 128) if args.quick else (args.synthetic_jobs, args.synthetic_gpus)
-        jobs = generate(n, seed=11, cluster_gpus=g, target_load=0.9)
-        doc["synthetic"] = measure("synthetic", jobs, homogeneous_inventory(g), policies)
-        doc["synthetic"]["workload"] = f"features.synth.generate({n}, seed=11, cluster_gpus={g}, target_load=0.9)"
+        jobs = generate(n, seed=args.seed, cluster_gpus=g, target_load=0.9)
+        doc["synthetic"] = measure("synthetic", jobs, homogeneous_inventory(g), policies, args.dump)
+        doc["synthetic"]["workload"] = f"features.synth.generate({n}, seed={args.seed}, cluster_gpus={g}, target_load=0.9)"
     if "philly" in sections:
         jobs = read_format("philly-derived", SHARED / "philly-derived/trace_job_Philly_MIX1.csv")
         span = jobs["submit_ts"].max() - jobs["submit_ts"].min()
@@ -92,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         limit = 3000 if args.quick else args.philly_jobs
         if limit:
             jobs = jobs.sort_values("submit_ts").head(limit)
-        doc["philly"] = measure("philly", jobs, homogeneous_inventory(gpus), policies)
+        doc["philly"] = measure("philly", jobs, homogeneous_inventory(gpus), policies, args.dump)
         doc["philly"]["note"] = ("the Philly-derived trace has no time limits: no time_limit block "
                                  "(squeue --start has nothing to plan on)")
     print(json.dumps(doc, indent=2, default=float))

@@ -13,6 +13,14 @@ has its GPUs free of the jobs holding them now (rule *gang on nodes*). The walk 
 percentile (the running jobs' remaining times and the pending jobs' run times alike): the p10 and p90
 starts bound the interval, the p50 start is the estimate.
 
+Rule *backfill window* (the p10 end): the walk never lets a job start ahead of one before it, but
+the policy protects only the jobs it reserved for (``reservation.depth``) and backfills the rest past
+each other, EASY-like. So in the p10 walk each held job is also fitted, booking nothing, on an *open*
+profile that holds only the running jobs, this plan's starts and the reserved jobs (where the walk
+books them), with the same floors; its p10 start lies ``BACKFILL_WEIGHT`` of the way from the walk's
+p10 start to that earliest fit. Not under strict queueing (the head blocks), nor for the deep-queue
+fluid. The p50 and p90 starts are the walk's.
+
 ``time_limit`` mode plans on the jobs' time limits instead (what ``squeue --start`` shows): running
 jobs end at start + limit, pending jobs hold their GPUs for their limit.
 
@@ -47,6 +55,9 @@ _CHECKPOINT_EVERY = 64
 #: Jobs booked one by one on the profiles, highest priority first; the rest of the queue is estimated
 #: as a fluid (rule *deep queue*, see ``_Walk``).
 DETAILED_JOBS = 512
+#: Rule *backfill window*: the p10 start lies this fraction of the way from the p10 walk's start to the
+#: earliest start the job could be backfilled at (only reserved jobs protected).
+BACKFILL_WEIGHT = 1.0
 
 
 def plan_context(plan: SchedulePlan) -> CycleContext:
@@ -160,6 +171,7 @@ class StartEstimates:
     p90_ts: np.ndarray
     basis: np.ndarray
     time_limit_ts: np.ndarray | None = None
+    backfill_ts: np.ndarray | None = None
     _walks: tuple[_Walk, ...] = field(default=(), repr=False)
 
     def row_doc(self, i: int) -> dict:
@@ -207,7 +219,8 @@ class _Walk:
     """One walk of the priority order on per-type free profiles (see the module docstring)."""
 
     def __init__(self, ctx: CycleContext, plan: SchedulePlan, durations: np.ndarray, run_end: np.ndarray,
-                 grace_s: float, *, checkpoints: bool = False, reservations_bind: bool = False) -> None:
+                 grace_s: float, *, checkpoints: bool = False, reservations_bind: bool = False,
+                 backfill: bool = False) -> None:
         self.ctx, self.plan, self.dur = ctx, plan, durations
         snap, lay = ctx.snapshot, ctx.layout
         now = self.now = float(snap.now)
@@ -249,6 +262,14 @@ class _Walk:
         self.scope = (np.zeros(len(p), dtype=np.int64) if q.scope == "cluster"
                       else np.where(p.queue >= 0, p.queue, -2 - p.team))
         self.floor: dict[int, float] = {}
+        # rule *backfill window*: the policy protects only the jobs it reserved for (reservation.depth);
+        # any other held job may be backfilled ahead of earlier-ordered ones. ``early[i]``: the earliest
+        # start of row i on a profile holding only what runs now, this plan's starts and the reserved
+        # jobs (booked where this walk books them); not under strict queueing (the head blocks).
+        self.backfill = backfill and not self.strict
+        self.early = np.full(len(snap.pending), np.nan)
+        self.protected = {int(d.extra["pending_row"]) for d in plan.decisions if d.reservation is not None}
+        self.open_profiles = [p.copy() for p in self.profiles] if self.backfill else []
         if self.check_every:
             self.checks.append(([p.copy() for p in self.profiles], {}))
 
@@ -268,16 +289,29 @@ class _Walk:
         held = as_planned and i >= 0 and self.plan.action[i] in ("wait", "reserve")
         if held:
             not_before = max(not_before, self.next_change)
+        best, best_t = self._fit(profiles, allowed, k, d, not_before, held)
+        if best_t >= 0:
+            profiles[best_t].book(best, k, d)
+        if self.strict:
+            floor[scope] = max(floor.get(scope, -math.inf), best)
+        if as_planned and self.backfill and profiles is self.profiles and i >= 0:
+            if i in self.protected:  # a reserved job: booked on the open profile where the walk put it
+                if best_t >= 0:
+                    self.open_profiles[best_t].book(best, k, d)
+                self.early[i] = best
+            else:
+                self.early[i] = min(self._fit(self.open_profiles, allowed, k, d, not_before, held)[0], best)
+        return best
+
+    def _fit(self, profiles: list[FreeProfile], allowed: np.ndarray, k: int, d: float, not_before: float,
+             held: bool) -> tuple[float, int]:
+        """Earliest start over the allowed types (and the type), booking nothing."""
         best, best_t = math.inf, -1
         for t in np.flatnonzero(allowed):
             s = profiles[t].earliest(k, d, max(not_before, self.gang_floor(int(t), k)) if held else not_before)
             if s < best:
                 best, best_t = s, int(t)
-        if best_t >= 0:
-            profiles[best_t].book(best, k, d)
-        if self.strict:
-            floor[scope] = max(floor.get(scope, -math.inf), best)
-        return best
+        return best, best_t
 
     def gang_floor(self, t: int, k: int) -> float:
         """Rule *gang on nodes*: the earliest instant the GPUs held now (running jobs and this plan's
@@ -423,12 +457,16 @@ def estimate_starts(plan: SchedulePlan, running_durations: Sequence[np.ndarray] 
     starts, walks = [], []
     for q, name in enumerate(QUANTILES):
         dur = ctx._fallback_duration(getattr(p, f"{name}_s"))  # noqa: SLF001 - the rules layer's own fallback
-        walk = _Walk(ctx, plan, dur, ends[q], grace, checkpoints=what_if, reservations_bind=name == "p90")
+        walk = _Walk(ctx, plan, dur, ends[q], grace, checkpoints=what_if, reservations_bind=name == "p90",
+                     backfill=name == "p10")
         starts.append(walk.run(until))
         walks.append(walk)
     lo, mid, hi = starts
     mid = np.fmax(mid, lo)
     hi = np.fmax(hi, mid)
+    early = walks[0].early
+    early = np.where(np.isfinite(early) & np.isfinite(lo), np.minimum(early, lo), lo)
+    lo = lo - BACKFILL_WEIGHT * (lo - early)  # rule *backfill window* (module docstring): p50/p90 unmoved
     limit_ts = None
     if running_time_limits is not None:
         lim = np.asarray(running_time_limits, dtype=np.float64)
@@ -437,4 +475,4 @@ def estimate_starts(plan: SchedulePlan, running_durations: Sequence[np.ndarray] 
         dur = np.where(np.isfinite(p.time_limit_s), p.time_limit_s, rcfg.unknown_duration_s)
         limit_ts = _Walk(ctx, plan, dur, run_end, grace).run(until)
     return StartEstimates(now=now, job_id=p.job_id, p10_ts=lo, p50_ts=mid, p90_ts=hi, basis=walks[1].basis,
-                          time_limit_ts=limit_ts, _walks=tuple(walks) if what_if else ())
+                          time_limit_ts=limit_ts, backfill_ts=early, _walks=tuple(walks) if what_if else ())

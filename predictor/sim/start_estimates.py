@@ -42,6 +42,7 @@ class ReplayEstimates:
         self.p50 = np.full(n, np.nan)
         self.p90 = np.full(n, np.nan)
         self.time_limit = np.full(n, np.nan)
+        self.backfill = np.full(n, np.nan)  # earliest backfilled start (rule *backfill window*)
         self.has_limits = False
 
 
@@ -95,6 +96,8 @@ class EstimatingRules:
         est.p10[jobs] = starts.p10_ts[fresh] - origin
         est.p50[jobs] = starts.p50_ts[fresh] - origin
         est.p90[jobs] = starts.p90_ts[fresh] - origin
+        if starts.backfill_ts is not None:
+            est.backfill[jobs] = starts.backfill_ts[fresh] - origin
         if starts.time_limit_ts is not None:
             est.time_limit[jobs] = starts.time_limit_ts[fresh] - origin
 

@@ -9,6 +9,7 @@ from features.schema import PLACEMENT_CLASSES
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.policy.presets import load_policy
 from predictor.policy.scheduler import decide
+from predictor.queue import start_estimate
 from predictor.queue.start_estimate import FreeProfile, estimate_starts, running_quantile_ends
 from tests.builders import SnapshotBuilder, make_job, make_running
 
@@ -128,3 +129,23 @@ def test_a_gang_waits_for_a_node_with_its_gpus_free_not_for_scattered_ones() -> 
     for arr in (est.p10_ts, est.p50_ts):
         assert arr[i] == pytest.approx(NOW + 2900)
     assert est.p90_ts[i] >= NOW + 2900
+
+
+def test_p10_lets_a_job_past_the_reservation_depth_be_backfilled_ahead_of_earlier_held_jobs() -> None:
+    # rule *backfill window*: only the reserved job (depth 1) is protected; c may start right after
+    # it, ahead of b, so its p10 comes from that window, while p50/p90 keep the walk's order
+    running = [make_running("r0").gpus(8).on("node-0000").started(NOW - 100).ends(NOW + 3600)]
+    jobs = [make_job("a").gpus(16).predict(1000, 1000, 1000).submitted(NOW - 30).tier("production"),
+            make_job("b").gpus(16).predict(1000, 1000, 1000).submitted(NOW - 20).tier("research"),
+            make_job("c").gpus(8).predict(5000, 5000, 5000).submitted(NOW - 10).tier("research")]
+    plan, snap = _plan(jobs, running)
+    a, b, c = (_row(snap, j) for j in "abc")
+    assert [plan.action[i] for i in (a, b, c)] == ["reserve", "wait", "wait"]
+    assert list(plan.order) == [a, b, c]
+    est = estimate_starts(plan)
+    assert est.p10_ts[a] == est.p50_ts[a] == NOW + 3600  # the reserved job itself is not moved
+    assert est.p10_ts[b] == est.p50_ts[b] == NOW + 4600
+    assert est.backfill_ts[c] == NOW + 4600  # after a, where b is walked
+    assert est.p50_ts[c] == est.p90_ts[c] == NOW + 5600
+    assert est.p10_ts[c] == pytest.approx(NOW + 5600 - start_estimate.BACKFILL_WEIGHT * 1000)
+    assert est.p10_ts[c] < est.p50_ts[c]
