@@ -4,7 +4,8 @@ Rules (named here, stated in docs/rules-layer.md (*One cycle*) and in the module
 what can never run; *strict FIFO* blocking; *quota admission* (``quota``); *best-class placement*
 and *backfill by p90* (``capacity.book``); *wait for a better placement*; *preemption trigger*,
 *preemption worth it* (``preemption.max_loss_ratio``), *victim choice* (``preemption``) and
-*eviction hand-over*; *earliest start* reservations up to ``reservation.depth``; *scheduling depth*
+*eviction hand-over*; *earliest start* reservations up to ``reservation.depth`` (*reserve only the starving*:
+``reservation.only_starving``); *scheduling depth*
 (``queueing.scheduling_depth``: blocked jobs tested per cycle).
 """
 
