@@ -58,7 +58,6 @@ class Estimated:
     decided_s: float  # CPU seconds deciding and estimating took
     priority_desc: np.ndarray  # -priority along plan.order (for positioning a candidate)
     row_of: dict[str, int]  # pending job id -> its row
-    policy: object = None  # the policy it was decided under
 
 
 @dataclass(frozen=True)
@@ -154,7 +153,7 @@ class QueueEstimates:
             plan_ids = est.job_id.tolist()
             out = Estimated(plan, est, rank, picture.seq, now, time.process_time() - t0,
                             -plan.priority[plan.order].astype(np.float64),
-                            {str(j): k for k, j in reversed(list(enumerate(plan_ids)))}, policy)
+                            {str(j): k for k, j in reversed(list(enumerate(plan_ids)))})
             self._kept = (picture, policy, out)
             return out
 
