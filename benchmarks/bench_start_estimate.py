@@ -53,11 +53,33 @@ def targets(block: dict) -> dict:
 def dump(path: str, rec, est) -> None:  # noqa: ANN001
     """Per job: submit, first start, and the estimate's p10 / p50 / p90 / backfill start (replay s)."""
     np.savez(path, submit=rec.jobs.submit_s, start=rec.first_start, made_at=est.made_at, p10=est.p10,
-             p50=est.p50, p90=est.p90, backfill=est.backfill, time_limit=est.time_limit)
+             p50=est.p50, p90=est.p90, backfill=est.backfill, time_limit=est.time_limit, raw_p10=est.raw_p10,
+             raw_p90=est.raw_p90)
 
 
-def measure(name: str, jobs, inventory, policies: list[str], dump_prefix: str | None = None) -> dict:
-    rm = replay_with_estimates()
+def interval_detail(rec, est) -> dict:  # noqa: ANN001
+    """Queued-at-submit jobs: coverage of the calibrated and of the raw (walk's) interval, over all of
+    them and over the later half by submit (the calibration has seen more there), and where they miss."""
+    submit, start = rec.jobs.submit_s, rec.first_start
+    ok = np.isfinite(est.made_at) & (est.made_at == submit) & np.isfinite(start)
+    queued = ok & (np.nan_to_num(est.raw_p90, nan=-np.inf) > est.made_at + 1e-6)
+    rows = np.flatnonzero(queued)
+    later = rows[submit[rows] > np.median(submit[rows])] if len(rows) else rows
+    out = {}
+    for label, lo, hi in (("calibrated", est.p10, est.p90), ("raw", est.raw_p10, est.raw_p90)):
+        for scope, r in (("queued_at_submit", rows), ("queued_later_half", later)):
+            if not len(r):
+                continue
+            s = start[r]
+            out[f"{label}_{scope}"] = {"n": len(r), "coverage": float(np.mean((s >= lo[r]) & (s <= hi[r]))),
+                                       "before_p10": float(np.mean(s < lo[r])), "after_p90": float(np.mean(s > hi[r])),
+                                       "median_p90_minus_p10_s": float(np.median(hi[r] - lo[r]))}
+    return out
+
+
+def measure(name: str, jobs, inventory, policies: list[str], dump_prefix: str | None = None,
+            calibrate: bool = True) -> dict:
+    rm = replay_with_estimates(calibrate=calibrate)
     t0, c0 = time.perf_counter(), time.process_time()
     records, run = run_experiment(jobs, inventory, policies, ExperimentConfig(train_fraction=0.3),
                                   on_phase=lambda m: _log(f"{name}: {m}"), replay_many=rm)
@@ -66,7 +88,10 @@ def measure(name: str, jobs, inventory, policies: list[str], dump_prefix: str | 
     for rec in records:
         block = start_estimate_report(rec, rm.estimates[rec.policy])
         out["policies"][rec.policy] = {"start_estimate": block, "targets": targets(block),
+                                       "interval": interval_detail(rec, rm.estimates[rec.policy]),
                                        "replay_wall_s": rec.wall_s}
+        if rec.policy in rm.calibrations:
+            out["policies"][rec.policy]["calibration"] = rm.calibrations[rec.policy].doc()
         _log(f"{name} {rec.policy}: {json.dumps(block)}")
         if dump_prefix:
             dump(f"{dump_prefix}-{name}-{rec.policy}.npz", rec, rm.estimates[rec.policy])
@@ -84,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backfill-weight", type=float, default=None,
                     help="override predictor.queue.start_estimate.BACKFILL_WEIGHT (calibration)")
     ap.add_argument("--dump", default=None, help="write per-job estimates to PREFIX-SECTION-POLICY.npz")
+    ap.add_argument("--no-calibration", action="store_true",
+                    help="the walk's interval as it is (rule *calibrated interval* off)")
     ap.add_argument("--quick", action="store_true", help="3,000 synthetic jobs on 128 GPUs, 3,000 Philly jobs")
     args = ap.parse_args(argv)
     policies = args.policies.split(",")
@@ -100,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
 
         n, g = (3000, 128) if args.quick else (args.synthetic_jobs, args.synthetic_gpus)
         jobs = generate(n, seed=args.seed, cluster_gpus=g, target_load=0.9)
-        doc["synthetic"] = measure("synthetic", jobs, homogeneous_inventory(g), policies, args.dump)
+        doc["synthetic"] = measure("synthetic", jobs, homogeneous_inventory(g), policies, args.dump,
+                                   not args.no_calibration)
         doc["synthetic"]["workload"] = f"features.synth.generate({n}, seed={args.seed}, cluster_gpus={g}, target_load=0.9)"
     if "philly" in sections:
         jobs = read_format("philly-derived", SHARED / "philly-derived/trace_job_Philly_MIX1.csv")
@@ -110,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         limit = 3000 if args.quick else args.philly_jobs
         if limit:
             jobs = jobs.sort_values("submit_ts").head(limit)
-        doc["philly"] = measure("philly", jobs, homogeneous_inventory(gpus), policies, args.dump)
+        doc["philly"] = measure("philly", jobs, homogeneous_inventory(gpus), policies, args.dump,
+                                not args.no_calibration)
         doc["philly"]["note"] = ("the Philly-derived trace has no time limits: no time_limit block "
                                  "(squeue --start has nothing to plan on)")
     print(json.dumps(doc, indent=2, default=float))

@@ -161,7 +161,8 @@ class StartEstimates:
 
     ``p10_ts``/``p50_ts``/``p90_ts``: NaN for a job that can never run here (rejected, no type fits);
     ``basis``: ``"starts now"``, ``"preempts"``, ``"planned"`` per row; ``time_limit_ts``: the same
-    walk on time limits (None when not asked for).
+    walk on time limits (None when not asked for); ``interval``: how rule *calibrated interval*
+    rescaled p10/p90 (``StartCalibration.doc``; None: the walk's interval as it is).
     """
 
     now: float
@@ -172,6 +173,7 @@ class StartEstimates:
     basis: np.ndarray
     time_limit_ts: np.ndarray | None = None
     backfill_ts: np.ndarray | None = None
+    interval: dict | None = None
     _walks: tuple[_Walk, ...] = field(default=(), repr=False)
 
     def row_doc(self, i: int) -> dict:
@@ -185,6 +187,8 @@ class StartEstimates:
                "rule": "start estimate (predictor.queue.start_estimate)"}
         if self.time_limit_ts is not None:
             doc["time_limit_ts"] = num(float(self.time_limit_ts[i]))
+        if self.interval is not None:
+            doc["interval"] = self.interval
         return doc
 
     def start_with(self, i: int, *, allowed: np.ndarray | None = None, position: int | None = None,

@@ -3,7 +3,10 @@
 :class:`EstimatingRules` wraps the replay's :class:`~predictor.sim.rules.PolicyRules` (the replay loop
 and the rules stay as they are): on every plan it records, for each job seen in the queue for the
 first time, the estimate ``predictor.queue.start_estimate`` makes from that plan (the job's p10/p50/p90
-start, and the start planned on time limits where the log has them). It asks the replay for a plan at
+start, and the start planned on time limits where the log has them), its interval rescaled by rule
+*calibrated interval* (``predictor.queue.start_calibration``) learnt online from the jobs of the same
+replay that started before (each job's raw estimate against its replayed start, as the service
+learns from its own). It asks the replay for a plan at
 every arrival (``may_preempt`` reads True, so the replay's "nothing can start" skip does not apply; a
 skipped plan would have changed nothing, ``tests/predictor/sim/test_replay_equivalence.py``), so the
 estimate is made at the job's submit instant.
@@ -22,6 +25,7 @@ import numpy as np
 from predictor.capacity.inventory import Inventory
 from predictor.policy.config import PolicyConfig
 from predictor.policy.plan import SchedulePlan
+from predictor.queue.start_calibration import StartCalibration
 from predictor.queue.start_estimate import estimate_starts, plan_context
 from predictor.sim.metrics import start_estimate_metrics
 from predictor.sim.predictions import PredictionTable
@@ -43,6 +47,8 @@ class ReplayEstimates:
         self.p90 = np.full(n, np.nan)
         self.time_limit = np.full(n, np.nan)
         self.backfill = np.full(n, np.nan)  # earliest backfilled start (rule *backfill window*)
+        self.raw_p10 = np.full(n, np.nan)  # the walk's interval before rule *calibrated interval*
+        self.raw_p90 = np.full(n, np.nan)
         self.has_limits = False
 
 
@@ -51,13 +57,16 @@ class EstimatingRules:
 
     may_preempt = True  # plan at every arrival: the estimate is made at submit
 
-    def __init__(self, inner: PolicyRules) -> None:
+    def __init__(self, inner: PolicyRules, calibration: StartCalibration | None = None) -> None:
         self.inner = inner
+        self.calibration = calibration
+        self._progress = None
         self.name = inner.name
         n = len(inner.jobs)
         self.estimates = ReplayEstimates(n)
         self.estimates.has_limits = bool(np.isfinite(inner.time_limit_s).any())
         self._seen = np.zeros(n, dtype=bool)
+        self._observed = np.zeros(n, dtype=bool)
         self._row_of = {str(j): i for i, j in enumerate(inner.jobs.job_ids)}
 
     def team_shares(self) -> dict[str, float]:
@@ -65,12 +74,18 @@ class EstimatingRules:
 
     def job_started(self, j, decision) -> None:  # noqa: ANN001
         self.inner.job_started(j, decision)
+        est, cal = self.estimates, self.calibration
+        if cal is not None and self._progress is not None and self._seen[j] and not self._observed[j]:
+            self._observed[j] = True  # its first start: what the estimate at submit was about
+            cal.observe(float(est.made_at[j]), float(est.raw_p10[j]), float(est.raw_p90[j]),
+                        float(self._progress.first_start[j]))
 
     def job_stopped(self, j, begin_s, end_s, progress=None) -> None:  # noqa: ANN001
         self.inner.job_stopped(j, begin_s, end_s, progress)
 
     def plan(self, view: SimView):  # noqa: ANN201
         out = self.inner.plan(view)
+        self._progress = view.progress
         plan: SchedulePlan = getattr(out, "plan", out)
         rows = np.asarray(view.pending)
         fresh = np.flatnonzero(~self._seen[rows])
@@ -93,9 +108,13 @@ class EstimatingRules:
         jobs = rows[fresh]
         self._seen[jobs] = True
         est.made_at[jobs] = view.now
-        est.p10[jobs] = starts.p10_ts[fresh] - origin
-        est.p50[jobs] = starts.p50_ts[fresh] - origin
-        est.p90[jobs] = starts.p90_ts[fresh] - origin
+        p10, p50, p90 = starts.p10_ts[fresh], starts.p50_ts[fresh], starts.p90_ts[fresh]
+        est.raw_p10[jobs], est.raw_p90[jobs] = p10 - origin, p90 - origin
+        if self.calibration is not None:
+            p10, p90 = self.calibration.apply(starts.now, p10, p50, p90)
+        est.p10[jobs] = p10 - origin
+        est.p50[jobs] = p50 - origin
+        est.p90[jobs] = p90 - origin
         if starts.backfill_ts is not None:
             est.backfill[jobs] = starts.backfill_ts[fresh] - origin
         if starts.time_limit_ts is not None:
@@ -104,16 +123,22 @@ class EstimatingRules:
 
 class replay_with_estimates:  # noqa: N801 - used as a function (a ``ReplayMany``) that keeps what it measured
     """A ``ReplayMany`` (``predictor.sim.experiment``): each run in turn, with :class:`EstimatingRules`;
-    ``estimates[policy]`` holds what each recorded."""
+    ``estimates[policy]`` holds what each recorded. ``calibrate``: rule *calibrated interval* on (a fresh
+    ``StartCalibration()`` per policy; ``calibrations[policy]`` keeps it) or off (the walk's interval)."""
 
-    def __init__(self) -> None:
+    def __init__(self, calibrate: bool = True) -> None:
         self.estimates: dict[str, ReplayEstimates] = {}
+        self.calibrate = calibrate
+        self.calibrations: dict[str, StartCalibration] = {}
 
     def __call__(self, table: JobTable, inventory: Inventory,
                  runs: Sequence[tuple[str, PolicyConfig, PredictionTable]], sim: SimConfig) -> list[ReplayRecord]:
         records = []
         for name, policy, pred in runs:
-            rules = EstimatingRules(PolicyRules(name, policy, table, inventory, pred))
+            cal = StartCalibration() if self.calibrate else None
+            rules = EstimatingRules(PolicyRules(name, policy, table, inventory, pred), cal)
+            if cal is not None:
+                self.calibrations[name] = cal
             records.append(replay(table, inventory, rules, pred, sim))
             self.estimates[name] = rules.estimates
         return records

@@ -6,19 +6,33 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["StartEstimatePublic", "ExplainPublic", "PlanAgePublic", "TeamUsagePoint", "TeamFairSharePublic"]
+__all__ = ["StartEstimatePublic", "IntervalCalibrationPublic", "ExplainPublic", "PlanAgePublic", "TeamUsagePoint", "TeamFairSharePublic"]
+
+
+class IntervalCalibrationPublic(BaseModel):
+    """Rule *calibrated interval*: the factors on the p10 and p90 waits learnt from past estimates
+    against the jobs' actual starts (1 and 1 until ``samples`` reaches the minimum)."""
+
+    p10_wait_factor: float
+    p90_wait_factor: float
+    calibrated: bool
+    samples: int = Field(description="started jobs in the calibration window")
+    rule: str = ""
 
 
 class StartEstimatePublic(BaseModel):
     """When the job is estimated to start (epoch seconds; null where it can never start here)."""
 
-    p10_ts: float | None = Field(description="early end of the interval (every duration at its p10)")
+    p10_ts: float | None = Field(description="early end of the interval (every duration at its p10, the wait "
+                                             "rescaled by interval.p10_wait_factor)")
     p50_ts: float | None = Field(description="the estimate (every duration at its p50)")
-    p90_ts: float | None = Field(description="late end of the interval (every duration at its p90)")
+    p90_ts: float | None = Field(description="late end of the interval (every duration at its p90, the wait "
+                                             "rescaled by interval.p90_wait_factor)")
     p50_wait_s: float | None = None
     basis: str = Field(description="starts now, preempts, planned, never")
     time_limit_ts: float | None = Field(None, description="the start planned on time limits (squeue --start's view)")
     position: int | None = Field(None, description="for a scored job: its place in the priority order")
+    interval: IntervalCalibrationPublic | None = None
     rule: str = ""
 
 

@@ -124,3 +124,23 @@ def test_after_a_queue_change_explain_answers_from_the_latest_plan_and_says_how_
     estimates.wait_background(30)
     assert client.post("/v1/jobs/early/events", json={"kind": "started"}, headers=auth("scheduler")).status_code == 200
     assert client.get("/v1/jobs/early/explain", headers=auth("admin")).status_code == 404
+
+
+def test_start_estimates_learn_from_the_starts_they_predicted(client: TestClient) -> None:
+    """Rule *calibrated interval*: a job estimated while queued and seen running later is one sample."""
+    _fill(client)
+    _submit(client, "early", num_gpus=16, team="nlp", time_limit_s=3600)
+    first = client.get("/v1/queue", headers=auth("admin")).json()["jobs"]
+    est = next(j for j in first if j["job_id"] == "early")["start_estimate"]
+    assert est["interval"]["samples"] == 0 and est["interval"]["calibrated"] is False
+    assert est["interval"]["p10_wait_factor"] == 1.0 and est["interval"]["rule"]
+    for kind, job in (("finished", "run-0"), ("started", "early")):
+        r = client.post(f"/v1/jobs/{job}/events", json={"kind": kind}, headers=auth("scheduler"))
+        assert r.status_code == 200, r.text
+    _submit(client, "late", num_gpus=16, team="nlp", time_limit_s=3600)
+    jobs = client.get("/v1/queue", headers=auth("admin")).json()["jobs"]
+    late = next(j for j in jobs if j["job_id"] == "late")["start_estimate"]
+    assert late["interval"]["samples"] == 1  # "early"'s estimate against its start
+    scored = client.post("/v1/score?start_estimate=true", json={"job_id": "what-if", "num_gpus": 16, "team": "nlp"},
+                         headers=auth("nlp")).json()["results"][0]["start_estimate"]
+    assert scored["interval"]["samples"] == 1

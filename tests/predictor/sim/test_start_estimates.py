@@ -76,3 +76,32 @@ def test_metrics_definitions() -> None:
     assert m["within_10pct_of_wait"] == pytest.approx(0.75)  # tolerance max(10 % of wait, 60 s): 60, 100, -, 60
     point = start_estimate_metrics(est, actual, wait)
     assert point["coverage"] == pytest.approx(0.75)  # started no later than the estimate
+
+
+def test_calibration_learns_from_earlier_starts_and_moves_only_the_interval() -> None:
+    from predictor.queue.start_calibration import StartCalibration
+
+    rows = JobRows()
+    rng = np.random.default_rng(5)
+    for i in range(80):
+        rows.add(f"j{i}", gpus=int(rng.choice([1, 2, 4, 8])), run=float(rng.uniform(100, 3000)),
+                 submit=float(rng.uniform(0, 6000)), team=str(rng.choice(["a", "b"])))
+    table, _ = load_workload(rows.frame())
+    inv = homogeneous_inventory(8)
+    preds = OraclePredictions().predict(table, inv)
+
+    def run(cal):  # noqa: ANN001, ANN202
+        wrapped = EstimatingRules(PolicyRules("ours", load_policy("ours"), table, inv, preds), cal)
+        return Replay(table, inv, wrapped, preds, SimConfig()).run(), wrapped.estimates
+
+    plain_rec, plain = run(None)
+    cal = StartCalibration(min_samples=5, refresh_every=1)
+    rec, est = run(cal)
+    np.testing.assert_array_equal(plain_rec.first_start, rec.first_start)  # the replay is untouched
+    np.testing.assert_array_equal(plain.p50, est.p50)
+    np.testing.assert_array_equal(plain.p10, est.raw_p10)
+    np.testing.assert_array_equal(plain.p90, est.raw_p90)
+    queued = est.raw_p90 > est.made_at + 1e-6
+    assert cal.observed == int(queued.sum()) > 5  # every queued job's first start was observed
+    assert cal.calibrated and not np.array_equal(plain.p10[queued], est.p10[queued])
+    assert (est.p10 <= est.p50 + 1e-9).all() and (est.p50 <= est.p90 + 1e-9).all()
