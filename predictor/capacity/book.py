@@ -48,11 +48,13 @@ __all__ = ["CapacityBook", "predicted_busy_until"]
 
 def predicted_busy_until(n_gpus: int, now: float, alloc_gpus: np.ndarray, alloc_offsets: np.ndarray,
                          start_ts: np.ndarray, predicted_end_ts: np.ndarray, *, overrun_extension_s: float,
-                         unknown_duration_s: float) -> np.ndarray:
+                         unknown_duration_s: float, overrun_growth: float = 0.0) -> np.ndarray:
     """When each GPU is predicted to be wholly free, from the running jobs' predicted p90 ends.
 
     A job without a prediction is assumed to run ``unknown_duration_s`` from its start; a job past
-    its predicted end is assumed to need ``overrun_extension_s`` more from ``now``.
+    its predicted end by ``o`` seconds is assumed to need ``max(overrun_extension_s, overrun_growth *
+    o)`` more from ``now`` (rule *overrun growth*: the longer a job has outrun its prediction, the
+    less "a few minutes more" is believed; 0 keeps the fixed extension).
 
     Returns
     -------
@@ -62,7 +64,8 @@ def predicted_busy_until(n_gpus: int, now: float, alloc_gpus: np.ndarray, alloc_
     if len(alloc_gpus) == 0:
         return busy
     end = np.where(np.isfinite(predicted_end_ts), predicted_end_ts, start_ts + unknown_duration_s)
-    end = np.where(end > now, end, now + overrun_extension_s)
+    extension = np.maximum(overrun_extension_s, overrun_growth * (now - end)) if overrun_growth else overrun_extension_s
+    end = np.where(end > now, end, now + extension)
     np.maximum.at(busy, alloc_gpus, np.repeat(end, np.diff(alloc_offsets)))
     return busy
 

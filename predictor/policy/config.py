@@ -174,6 +174,9 @@ class ReservationConfig(_Section):
     hold_s: float = Field(600.0, ge=0, description="a reservation expires this long after its start")
     overrun_extension_s: float = Field(900.0, gt=0, description=(
         "assumed remaining time of a running job already past its predicted p90 end"))
+    overrun_growth: float = Field(0.0, ge=0, le=100, description=(
+        "rule overrun growth: a job past its p90 end by o seconds needs max(overrun_extension_s, "
+        "overrun_growth x o) more; 0 keeps the fixed extension"))
     unknown_duration_s: float = Field(4 * HOUR, gt=0, description=(
         "duration assumed for planning when a job has neither a prediction nor a time limit"))
 

@@ -76,6 +76,7 @@ def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOu
     rcfg = policy.reservation
     busy = predicted_busy_until(lay.n_gpus, now, run.alloc_gpus, run.alloc_offsets, run.start_ts,
                                 run.predicted_end_ts, overrun_extension_s=rcfg.overrun_extension_s,
+                                overrun_growth=rcfg.overrun_growth,
                                 unknown_duration_s=rcfg.unknown_duration_s)
     # residency (docs/residency.md): each pending job's eligible nodes, from its constraint and the policy
     eligibility = cycle_eligibility(lay, pend, snapshot.teams, policy.residency, snapshot.queues)

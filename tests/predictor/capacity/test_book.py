@@ -97,6 +97,17 @@ def test_predicted_busy_until_uses_p90_ends_and_overrun_extension():
     assert busy.tolist() == [500.0, 500.0, 1000.0, 100.0, 100.0, 100.0]
 
 
+def test_overrun_growth_extends_a_job_by_how_far_it_has_outrun_its_prediction():
+    alloc, offsets = np.array([0, 1, 2]), np.array([0, 1, 2, 3])
+    start = np.zeros(3)
+    end = np.array([990.0, 100.0, 2000.0])  # at now=1000: overran by 10 s and by 900 s; one still inside
+    kw = dict(overrun_extension_s=60.0, unknown_duration_s=1.0)
+    fixed = predicted_busy_until(3, 1000.0, alloc, offsets, start, end, **kw)
+    assert fixed.tolist() == [1060.0, 1060.0, 2000.0]
+    grown = predicted_busy_until(3, 1000.0, alloc, offsets, start, end, overrun_growth=2.0, **kw)
+    assert grown.tolist() == [1060.0, 1000.0 + 2 * 900.0, 2000.0]  # max(60, 2 x overrun)
+
+
 def test_earliest_start_for_any_class_is_the_gth_free_gpu():
     busy = np.repeat([0.0, 40.0, 10.0, 30.0, 20.0, 60.0], 4)
     b = book(busy)
