@@ -43,22 +43,21 @@ class CycleContext:
         self.now = float(snapshot.now)
         self.pending = snapshot.pending
         self.layout = snapshot.layout
-        self.tier_names: tuple[str, ...] = tuple(policy.tiers)
-        default = self.tier_names.index(policy.default_tier)
-        lookup = np.array([self.tier_names.index(policy.tier_of(t)) for t in snapshot.tiers] + [default],
-                          dtype=np.int64)
+        tables = self.tables = policy_tables(policy)
+        self.tier_names: tuple[str, ...] = tables.tier_names
+        lookup = tables.tier_lookup(snapshot.tiers)
         # code -1 (no tier) indexes the appended default
         self.tier_index = lookup[self.pending.tier]
         self.running_tier_index = lookup[snapshot.running.tier]
 
     # ------------------------------------------------------------------ per-tier tables
-    @cached_property
+    @property
     def tier_rank(self) -> np.ndarray:
-        return np.array([t.rank for t in self.policy.tiers.values()])
+        return self.tables.tier_rank
 
-    @cached_property
+    @property
     def tier_sla(self) -> list[SlaClassConfig | None]:
-        return [self.policy.sla_classes[t.sla_class] if t.sla_class else None for t in self.policy.tiers.values()]
+        return self.tables.tier_sla
 
     # ------------------------------------------------------------------ durations and deadlines
     @cached_property
@@ -83,15 +82,12 @@ class CycleContext:
     @cached_property
     def deadline(self) -> np.ndarray:
         """The job's deadline, else submit + its tier's SLA turnaround, else NaN."""
-        turnaround = np.array([(c.turnaround_s if c and c.turnaround_s else np.nan) for c in self.tier_sla])
-        implied = self.pending.submit_ts + turnaround[self.tier_index]
+        implied = self.pending.submit_ts + self.tables.tier_turnaround[self.tier_index]
         return np.where(np.isfinite(self.pending.deadline_ts), self.pending.deadline_ts, implied)
 
     @cached_property
     def sla_horizon(self) -> np.ndarray:
-        default = SlaClassConfig().horizon_s
-        horizon = np.array([(c.horizon_s if c else default) for c in self.tier_sla])
-        return horizon[self.tier_index]
+        return self.tables.tier_horizon[self.tier_index]
 
     @cached_property
     def at_risk(self) -> np.ndarray:
@@ -134,11 +130,7 @@ class CycleContext:
     @cached_property
     def team_share_fraction(self) -> np.ndarray:
         """Each snapshot team's entitlement as a fraction of all entitlements (configured teams too)."""
-        teams = self.snapshot.teams
-        shares = np.array([self.policy.share_of(t) for t in teams], dtype=np.float64)
-        listed = set(teams)
-        total = shares.sum() + sum(cfg.share for name, cfg in self.policy.teams.items() if name not in listed)
-        return shares / total if total > 0 else np.ones_like(shares)
+        return self.tables.team_share_fraction(self.snapshot.teams)
 
     @cached_property
     def fairshare(self) -> np.ndarray:
@@ -176,6 +168,73 @@ class CycleContext:
             feasible[rows, 0] = enough & (g[rows] == 1)
             feasible[rows, 4] = enough & (g[rows] > 1)
         return np.where(feasible.any(axis=1), np.argmax(feasible, axis=1), NO_CLASS)
+
+
+class PolicyTables:
+    """What a cycle derives from the policy alone (and the snapshot's vocabularies), kept across cycles:
+    tier names and ranks, the tier lookup of each tier vocabulary, the SLA turnaround and horizon per
+    tier, each team vocabulary's share fractions. Each is the value ``CycleContext`` computed per cycle
+    before (same expressions); read-only arrays."""
+
+    def __init__(self, policy: PolicyConfig) -> None:
+        self.policy = policy
+        tiers = list(policy.tiers.values())
+        self.tier_names: tuple[str, ...] = tuple(policy.tiers)
+        self.default_tier_index = self.tier_names.index(policy.default_tier)
+        self.tier_rank = _frozen(np.array([t.rank for t in tiers]))
+        self.tier_sla: list[SlaClassConfig | None] = [policy.sla_classes[t.sla_class] if t.sla_class else None
+                                                      for t in tiers]
+        self.tier_turnaround = _frozen(np.array([(c.turnaround_s if c and c.turnaround_s else np.nan)
+                                                 for c in self.tier_sla]))
+        default = SlaClassConfig().horizon_s
+        self.tier_horizon = _frozen(np.array([(c.horizon_s if c else default) for c in self.tier_sla]))
+        self._lookups: dict[tuple[str, ...], np.ndarray] = {}
+        self._shares: dict[tuple[str, ...], np.ndarray] = {}
+
+    def tier_lookup(self, tiers: tuple[str, ...]) -> np.ndarray:
+        """Tier index of each code of the vocabulary ``tiers``, plus the default tier for code -1."""
+        hit = self._lookups.get(tiers)
+        if hit is None:
+            policy, names = self.policy, self.tier_names
+            hit = _frozen(np.array([names.index(policy.tier_of(t)) for t in tiers] + [self.default_tier_index],
+                                   dtype=np.int64))
+            if len(self._lookups) > 64:
+                self._lookups.clear()
+            self._lookups[tiers] = hit
+        return hit
+
+    def team_share_fraction(self, teams: tuple[str, ...]) -> np.ndarray:
+        """Each team's entitlement as a fraction of all entitlements (configured teams too)."""
+        hit = self._shares.get(teams)
+        if hit is None:
+            policy = self.policy
+            shares = np.array([policy.share_of(t) for t in teams], dtype=np.float64)
+            listed = set(teams)
+            total = shares.sum() + sum(cfg.share for name, cfg in policy.teams.items() if name not in listed)
+            hit = _frozen(shares / total if total > 0 else np.ones_like(shares))
+            if len(self._shares) > 64:
+                self._shares.clear()
+            self._shares[teams] = hit
+        return hit
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+_TABLES: dict[int, PolicyTables] = {}
+
+
+def policy_tables(policy: PolicyConfig) -> PolicyTables:
+    """The :class:`PolicyTables` of ``policy``, built once per policy object (kept by identity, like the
+    scheduler's compiled ordering: a policy is not modified once loaded)."""
+    hit = _TABLES.get(id(policy))
+    if hit is None or hit.policy is not policy:
+        if len(_TABLES) > 64:
+            _TABLES.clear()
+        hit = _TABLES[id(policy)] = PolicyTables(policy)
+    return hit
 
 
 def free_maxima(lay: ClusterLayout, free_milli: np.ndarray) -> np.ndarray:
