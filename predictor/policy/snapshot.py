@@ -15,7 +15,7 @@ Builders that start from records or DataFrames live in ``tests.builders``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 
 import numpy as np
 
@@ -40,6 +40,26 @@ def checkpoint_kind_codes(values: object) -> np.ndarray:
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _unchecked(cls: type, kw: dict):
+    """An instance of the frozen dataclass ``cls`` from ``kw`` (absent fields take their defaults)
+    without ``__post_init__``'s row-count checks."""
+    defaults = _DEFAULTS.get(cls)
+    if defaults is None:
+        defaults = _DEFAULTS[cls] = {f.name: f.default for f in fields(cls)}  # type: ignore[arg-type]
+    obj = object.__new__(cls)
+    for name, default in defaults.items():
+        if name in kw:
+            object.__setattr__(obj, name, kw[name])
+        elif default is MISSING:
+            raise TypeError(f"{cls.__name__} needs {name}")
+        else:
+            object.__setattr__(obj, name, default)
+    return obj
+
+
+_DEFAULTS: dict[type, dict[str, object]] = {}
 
 
 def _check_len(obj: object, n: int, skip: tuple[str, ...] = ()) -> None:
@@ -118,6 +138,12 @@ class PendingJobs:
 
     def __len__(self) -> int:
         return len(self.job_id)
+
+    @classmethod
+    def unchecked(cls, **columns) -> PendingJobs:
+        """The same object as ``PendingJobs(**columns)`` without the row-count checks: for a caller whose
+        columns are gathers of the same rows (the replay's seam, every cycle)."""
+        return _unchecked(cls, columns)
 
     def take(self, rows: np.ndarray) -> PendingJobs:
         """The subset ``rows`` (an index array or boolean mask), in that order."""
@@ -201,7 +227,7 @@ class RunningJobs:
     checkpoint_kind: np.ndarray | None = None  # int8 codes into CHECKPOINT_KIND_CODES, -1 unknown
     checkpoint_size_gb: np.ndarray | None = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, check: bool = True) -> None:
         n = len(self.job_id)
         if self.submit_ts is None:
             object.__setattr__(self, "submit_ts", self.start_ts.copy())
@@ -209,12 +235,22 @@ class RunningJobs:
             object.__setattr__(self, "checkpoint_kind", np.full(n, -1, dtype=np.int8))
         if self.checkpoint_size_gb is None:
             object.__setattr__(self, "checkpoint_size_gb", np.full(n, np.nan))
+        if not check:
+            return
         _check_len(self, n, skip=("alloc_offsets", "alloc_gpus"))
         if self.alloc_offsets.shape != (n + 1,) or self.alloc_offsets[-1] != len(self.alloc_gpus):
             raise ValueError("RunningJobs.alloc_offsets must have n_jobs + 1 entries ending at len(alloc_gpus)")
 
     def __len__(self) -> int:
         return len(self.job_id)
+
+    @classmethod
+    def unchecked(cls, **columns) -> RunningJobs:
+        """The same object as ``RunningJobs(**columns)`` (defaults filled in) without the row-count and
+        CSR checks: for a caller whose columns are gathers of the same rows (the replay's seam)."""
+        obj = _unchecked(cls, columns)
+        obj.__post_init__(check=False)
+        return obj
 
     def gpus_of(self, i: int) -> np.ndarray:
         return self.alloc_gpus[self.alloc_offsets[i]:self.alloc_offsets[i + 1]]

@@ -227,7 +227,7 @@ class PolicyRules:
         else:
             gpu_request = None
         constraint = o[k] if self.constraint is not None else None
-        out = PendingJobs(
+        out = PendingJobs.unchecked(  # columns gathered from the same rows
             job_id=o[0], team=i[0], tier=i[1], queue=i[2],
             submit_ts=f[0], num_gpus=i[3], gpu_milli=i[4],
             deadline_ts=f[1], time_limit_s=f[2],
@@ -271,7 +271,7 @@ class PolicyRules:
         run_start, ckpt, start_ts = static["_run_start"], static["checkpoint_interval_s"], static["start_ts"]
         elapsed = np.maximum(view.now - run_start, 0.0)
         last_ckpt = start_ts + np.floor(elapsed / ckpt) * ckpt  # NaN where no interval is declared
-        return RunningJobs(
+        return RunningJobs.unchecked(  # columns gathered from the same rows
             **{k: v for k, v in static.items() if not k.startswith("_")}, last_checkpoint_ts=last_ckpt,
             attained_gpu_s=static["_attained"] + elapsed * static["_gpus"],
         )
