@@ -161,7 +161,11 @@ class PolicyRules:
     def job_stopped(self, j: int, begin_s: float, end_s: float, progress: JobProgress | None = None) -> None:
         """A run of job ``j`` ended (finished, evicted, crashed): charge it to its team's usage, and
         update what the rules layer will be told if the job comes back to the queue."""
-        self._pending_cache = None  # j may come back to the queue with new numbers
+        hit = self._pending_cache
+        if hit is not None and (hit[1] == j).any():
+            # j was queued when the cached columns were gathered (started since): it may come back with
+            # new numbers. A job that was not among them leaves them valid (a requeued j changes the rows)
+            self._pending_cache = None
         team = self.team[j]
         if team >= 0 and end_s > begin_s:
             origin = self.jobs.origin_ts
