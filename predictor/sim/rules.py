@@ -120,24 +120,13 @@ class PolicyRules:
         self.constraint = base.constraint
         self.ckpt_kind, self.ckpt_size = intake.checkpoint_columns(
             frame, jobs.peak_vram_mib * jobs.num_gpus * jobs.gpu_milli / 1000.0)
-        # the per-job numbers as two column stores, one row per column (the same values as the columns
-        # they are built from): a cycle gathers the queued or running rows of all of them in one
-        # ``take`` instead of one gather per column. The stores' rows are the attributes below (views:
-        # what job_started / job_stopped write lands in the store)
-        n = len(jobs)
-        self._f64 = np.stack([np.asarray(c, dtype=np.float64) for c in (
-            self.submit_ts, self.deadline_ts, self.time_limit_s, predictions.p10_s, predictions.p50_s,
-            predictions.p90_s, predictions.peak_vram_upper_mib, self.checkpoint_s, self.ckpt_size,
-            jobs.milli_demand / 1000.0)]) if n else np.zeros((10, 0))
-        self._i64 = np.stack([np.asarray(c, dtype=np.int64) for c in (
-            self.team, self.tier, self.queue, jobs.num_gpus, jobs.gpu_milli, np.zeros(n, dtype=np.int64))]) \
-            if n else np.zeros((6, 0), dtype=np.int64)
-        (self.submit_ts, self.deadline_ts, self.time_limit_s, self.p10, self.p50, self.p90, self.peak_upper,
-         self.checkpoint_s, self.ckpt_size, self.gpus) = self._f64
-        self.team, self.tier, self.queue, _, _, self.priority = self._i64  # priority: as last started with
-        self._obj = np.stack([np.asarray(self.job_id, dtype=object), np.asarray(predictions.model_version, dtype=object)]
-                             + [np.asarray(c, dtype=object) for c in (self.gpu_request, self.constraint) if c is not None]) \
-            if n else None
+        self.priority = np.zeros(len(jobs), dtype=np.int64)  # priority each job was last started with
+        self.gpus = jobs.milli_demand / 1000.0
+        # what the rules layer is told, updated when a run ends (kept work, memory learnt from a crash)
+        self.p10 = predictions.p10_s.copy()
+        self.p50 = predictions.p50_s.copy()
+        self.p90 = predictions.p90_s.copy()
+        self.peak_upper = predictions.peak_vram_upper_mib.copy()
         self.half_life_s = float(policy.factors.fairshare.half_life_s)
         self.ledger = FairShareLedger(self.half_life_s)
         self.scheduler = IncrementalScheduler(policy)
@@ -221,27 +210,17 @@ class PolicyRules:
         if hit is not None and hit[0] is view.progress and (hit[1] is rows or np.array_equal(hit[1], rows)):
             return hit[2]
         p = self.pred
-        f = self._f64[:7].take(rows, axis=1)  # submit, deadline, limit, p10, p50, p90, peak
-        i = self._i64[:5].take(rows, axis=1)  # team, tier, queue, GPUs, share
-        o = self._obj.take(rows, axis=1) if self._obj is not None else np.zeros((4, 0), dtype=object)
-        f.flags.writeable = i.flags.writeable = o.flags.writeable = False
-        k = 2
-        if self.gpu_request is not None:
-            gpu_request, k = o[k], k + 1
-        else:
-            gpu_request = None
-        constraint = o[k] if self.constraint is not None else None
         out = PendingJobs.unchecked(  # columns gathered from the same rows
-            job_id=o[0], team=i[0], tier=i[1], queue=i[2],
-            submit_ts=f[0], num_gpus=i[3], gpu_milli=i[4],
-            deadline_ts=f[1], time_limit_s=f[2],
-            p10_s=f[3], p50_s=f[4], p90_s=f[5],
-            peak_vram_upper_mib=f[6], slowdown=p.slowdown[rows],
+            job_id=self.job_id[rows], team=self.team[rows], tier=self.tier[rows], queue=self.queue[rows],
+            submit_ts=self.submit_ts[rows], num_gpus=self.jobs.num_gpus[rows], gpu_milli=self.jobs.gpu_milli[rows],
+            deadline_ts=self.deadline_ts[rows], time_limit_s=self.time_limit_s[rows],
+            p10_s=self.p10[rows], p50_s=self.p50[rows], p90_s=self.p90[rows],
+            peak_vram_upper_mib=self.peak_upper[rows], slowdown=p.slowdown[rows],
             attained_gpu_s=view.progress.attained_gpu_s[rows], fallback=p.fallback[rows],
-            model_version=o[1],
+            model_version=p.model_version[rows],
             requested_types=None if self.requested is None else self.requested[rows],
-            gpu_request=gpu_request,
-            constraint=constraint,  # residency
+            gpu_request=None if self.gpu_request is None else self.gpu_request[rows],
+            constraint=None if self.constraint is None else self.constraint[rows],  # residency
         )
         for v in vars(out).values():  # shared by the snapshots of later cycles: nobody may modify them
             if isinstance(v, np.ndarray):
@@ -258,16 +237,14 @@ class PolicyRules:
             run_start = prog.run_start[rows]
             start_ts = run_start + origin
             cls = np.maximum(prog.placement_class[rows], 0)
-            f = self._f64[5:].take(rows, axis=1)  # p90, peak, checkpoint interval, checkpoint size, GPUs
-            i = self._i64.take(rows, axis=1)
-            left = f[0] * self.pred.slowdown[rows, cls]  # p90 minus kept work, on its placement
+            left = self.p90[rows] * self.pred.slowdown[rows, cls]  # p90 minus kept work, on its placement
             static = dict(
-                job_id=self.job_id[rows], team=i[0], tier=i[1], queue=i[2],
-                num_gpus=np.diff(offsets), gpu_milli=i[4], start_ts=start_ts,
-                predicted_end_ts=start_ts + left, checkpoint_interval_s=f[2],
-                priority=i[5], alloc_offsets=offsets, alloc_gpus=gpus,
-                checkpoint_kind=self.ckpt_kind[rows], checkpoint_size_gb=f[3],  # preemption cost
-                _run_start=run_start, _attained=prog.attained_gpu_s[rows], _gpus=f[4],
+                job_id=self.job_id[rows], team=self.team[rows], tier=self.tier[rows], queue=self.queue[rows],
+                num_gpus=np.diff(offsets), gpu_milli=self.jobs.gpu_milli[rows], start_ts=start_ts,
+                predicted_end_ts=start_ts + left, checkpoint_interval_s=self.checkpoint_s[rows],
+                priority=self.priority[rows], alloc_offsets=offsets, alloc_gpus=gpus,
+                checkpoint_kind=self.ckpt_kind[rows], checkpoint_size_gb=self.ckpt_size[rows],  # preemption cost
+                _run_start=run_start, _attained=prog.attained_gpu_s[rows], _gpus=self.gpus[rows],
             )
             for v in static.values():
                 v.flags.writeable = False
