@@ -101,6 +101,8 @@ SEARCH_SPACE: tuple[Parameter, ...] = (
     # scheduling depth and reservations
     Parameter("queueing.scheduling_depth", 8, 1024, log=True, integer=True),
     Parameter("reservation.depth", 0, 32, integer=True),
+    # rule overrun growth: how much more a job that outran its p90 is believed to need (x the overrun)
+    Parameter("reservation.overrun_growth", 0.0, 4.0),
 )
 
 
