@@ -52,6 +52,7 @@ class StartCalibration:
         self._hi: deque[float] = deque(maxlen=int(window))
         self._since = 0
         self._factors = (1.0, 1.0)
+        self._calibrated = False  # the factors in force were computed from >= min_samples ratios
         self.observed = 0
 
     def observe(self, made_at: float, p10_ts: float, p90_ts: float, start_ts: float) -> None:
@@ -72,6 +73,7 @@ class StartCalibration:
         lo = float(np.quantile(self._lo, self.lower)) if len(self._lo) >= self.min_samples else 1.0
         hi = float(np.quantile(self._hi, self.upper)) if len(self._hi) >= self.min_samples else 1.0
         self._factors = (lo, hi)
+        self._calibrated = len(self._hi) >= self.min_samples
 
     @property
     def factors(self) -> tuple[float, float]:
@@ -80,7 +82,9 @@ class StartCalibration:
 
     @property
     def calibrated(self) -> bool:
-        return len(self._hi) >= self.min_samples
+        """True once the factors in force come from at least ``min_samples`` started jobs (they are
+        recomputed every ``refresh_every`` observations, so this lags the sample count a little)."""
+        return self._calibrated
 
     def apply(self, now: float, p10: np.ndarray, p50: np.ndarray, p90: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The calibrated p10 and p90 starts for raw estimates made at ``now`` (arrays or floats;

@@ -71,6 +71,16 @@ def test_calibrated_intervals_stay_ordered(obs, a, b, c) -> None:  # noqa: ANN00
     assert np.isnan(lo[1]) and np.isnan(hi[1])
 
 
+def test_calibrated_says_whether_the_factors_in_force_come_from_enough_starts() -> None:
+    cal = StartCalibration(min_samples=5, refresh_every=4)
+    for wait in (10.0, 20.0, 30.0, 40.0, 50.0):  # 5 samples, but the factors were last computed at 4
+        cal.observe(0.0, 100.0, 1000.0, wait)
+    assert cal.factors == (1.0, 1.0) and not cal.calibrated and cal.doc()["samples"] == 5
+    for wait in (60.0, 70.0, 80.0):  # the 8th observation recomputes them from 8 ratios
+        cal.observe(0.0, 100.0, 1000.0, wait)
+    assert cal.calibrated and cal.factors != (1.0, 1.0)
+
+
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="lower"):
         StartCalibration(lower=0.9, upper=0.1)
