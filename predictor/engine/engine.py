@@ -332,7 +332,7 @@ class Engine:
         trial = picture.with_candidates(candidates, vocab)
         rows = np.arange(len(trial.pending) - len(candidates), len(trial.pending))
         plan = self.plan(trial, now, explain=explain, write_rows=rows)  # only the Decisions returned
-        return ScoredBatch(predicted, decisions_for_rows(plan, rows, trial.pending.job_id), model)
+        return ScoredBatch(predicted, decisions_for_rows(plan, rows), model)
 
     def decide_cluster(self, pending: pd.DataFrame, running: pd.DataFrame, now: float, *,
                        explain: bool = True) -> ClusterDecisions:
@@ -361,7 +361,7 @@ class Engine:
                                      running_jobs=running, running_preds=run_preds,
                                      team_names=list(self._policy.teams), now=now)
         plan = self.plan(picture, now, explain=explain)
-        decisions = decisions_for_rows(plan, np.arange(n), picture.pending.job_id)
+        decisions = decisions_for_rows(plan, np.arange(n))
         return ClusterDecisions(decisions, plan, picture, model, picture.unplaced)
 
     # ------------------------------------------------------------------ placement of started jobs
@@ -397,7 +397,6 @@ def _gpu_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[pd.to_numeric(frame["num_gpus"], errors="coerce").fillna(0).to_numpy() >= 1].reset_index(drop=True)
 
 
-def decisions_for_rows(plan: SchedulePlan, rows: np.ndarray, ids: np.ndarray) -> list[Decision]:
-    """The decisions of pending rows ``rows`` (job ids ``ids[rows]``) of a plan."""
-    made = {d.extra["pending_row"]: d for d in plan.decisions}
-    return [made[r] if r in made else plan.decision_for(str(ids[r])) for r in rows.tolist()]
+def decisions_for_rows(plan: SchedulePlan, rows: np.ndarray) -> list[Decision]:
+    """The decisions of pending rows ``rows`` of a plan (written together where the plan has none)."""
+    return plan.decisions_for_rows(rows.tolist())

@@ -75,6 +75,14 @@ def placement_of(layout: ClusterLayout, gpus: np.ndarray, type_code: int, placem
                      placement_class=PLACEMENT_CLASSES[placement_class], slowdown=slowdown, gpu_indices=indices)
 
 
+def _index(rows: list[int]) -> slice | np.ndarray:
+    """``rows`` as an index into the pending arrays: a slice when they are consecutive (a scoring
+    request's candidates are; cheaper than a fancy index for the few rows of a request)."""
+    if rows and rows[-1] - rows[0] == len(rows) - 1 and all(b == a + 1 for a, b in zip(rows, rows[1:], strict=False)):
+        return slice(rows[0], rows[-1] + 1)
+    return np.asarray(rows, dtype=np.intp)
+
+
 class DecisionWriter:
     """Turns a pending row and its outcome into a :class:`Decision` with a readable reason."""
 
@@ -95,22 +103,35 @@ class DecisionWriter:
 
     # ------------------------------------------------------------------ parts
     def factors(self, i: int) -> tuple[FactorScore, ...]:
-        k, explain = self.keys, self.explain
+        return self.factor_rows([i])[0]
+
+    def factor_rows(self, rows: list[int]) -> list[tuple[FactorScore, ...]]:
+        """Each row's factor scores (with their details when explaining), starvation guard included."""
+        k, explain, ctx = self.keys, self.explain, self.ctx
+        idx = _index(rows)
         if k.factor_values is not None:
             facs = self.ordering.factors  # type: ignore[attr-defined]
-            row = k.factor_values[i].tolist()
-            out = [FactorScore(name, v, w, facs[name].explain(self.ctx, i) if explain else "")
-                   for name, w, v in zip(k.factor_names, k.factor_weights, row, strict=True)]
+            names, weights = k.factor_names, k.factor_weights
+            values = k.factor_values[idx].tolist()
+            if explain:
+                details = [[facs[name].explain(ctx, i) for name in names] for i in rows]
+                out = [[FactorScore(name, v, w, d) for name, w, v, d in zip(names, weights, row, det, strict=True)]
+                       for row, det in zip(values, details, strict=True)]
+            else:
+                out = [[FactorScore(name, v, w, "") for name, w, v in zip(names, weights, row, strict=True)]
+                       for row in values]
         else:
-            out = [FactorScore(self.ordering.name, float(k.priority[i]) / NORMAL_MAX, 1.0,
-                               self.ordering.explain(self.ctx, i) if explain else "")]
-        if self.guarded[i]:
-            waited = self.ctx.now - float(self.ctx.pending.submit_ts[i])
-            out.append(FactorScore("starvation_guard", 1.0, 0.0,
-                                   f"starving (waited {hours(waited)}, over its threshold "
-                                   f"{hours(float(self.starvation_s[i]))}): ahead of every job that starves later"
-                                   if explain else ""))
-        return tuple(out)
+            out = [[FactorScore(self.ordering.name, float(k.priority[i]) / NORMAL_MAX, 1.0,
+                                self.ordering.explain(ctx, i) if explain else "")] for i in rows]
+        for r, g in enumerate(self.guarded[idx].tolist()):
+            if g:
+                i = rows[r]
+                waited = ctx.now - float(ctx.pending.submit_ts[i])
+                out[r].append(FactorScore("starvation_guard", 1.0, 0.0,
+                                          f"starving (waited {hours(waited)}, over its threshold "
+                                          f"{hours(float(self.starvation_s[i]))}): ahead of every job that starves "
+                                          "later" if explain else ""))
+        return [tuple(f) for f in out]
 
     def placement(self, i: int, o: Outcome) -> Placement | None:
         if o.gpus is None:
@@ -119,29 +140,53 @@ class DecisionWriter:
         return placement_of(self.ctx.layout, o.gpus, o.type_code, c, float(self.ctx.pending.slowdown[i, c]))
 
     def time_limit(self, i: int, o: Outcome) -> float | None:
+        return self.time_limit_rows([i], [o])[0]
+
+    def time_limit_rows(self, rows: list[int], outcomes: list[Outcome]) -> list[float | None]:
+        """The suggested time limit of each row (policy ``time_limit``: the p90 on its placement plus a
+        margin, in whole minutes), None where the policy gives none or the p90 is unknown."""
         cfg = self.policy.time_limit
-        if not cfg.from_p90 or not np.isfinite(self.ctx.pending.p90_s[i]):
-            return None
-        c = o.placement_class if o.placement_class >= 0 else 0
-        raw = float(self.ctx.pending.p90_s[i] * self.ctx.pending.slowdown[i, c] * (1.0 + cfg.margin_fraction))
-        return float(max(cfg.min_s, math.ceil(raw / 60.0) * 60.0))
+        if not cfg.from_p90:
+            return [None] * len(rows)
+        p = self.ctx.pending
+        idx = _index(rows)
+        cls = np.array([o.placement_class if o.placement_class >= 0 else 0 for o in outcomes], dtype=np.intp)
+        p90, slow = p.p90_s[idx].tolist(), p.slowdown[idx][np.arange(len(rows)), cls].tolist()
+        margin = 1.0 + cfg.margin_fraction
+        return [float(max(cfg.min_s, math.ceil(raw / 60.0) * 60.0)) if math.isfinite(q) else None
+                for q, sd in zip(p90, slow, strict=True) for raw in (q * sd * margin,)]
 
     def warnings(self, i: int, limit: float | None) -> tuple[str, ...]:
+        return self.warning_rows([i], [limit])[0]
+
+    def warning_rows(self, rows: list[int], limits: list[float | None]) -> list[tuple[str, ...]]:
+        """Each row's warnings: sizing (OOM risk, waste, missing types), SLA at risk, a time limit below
+        the predicted p90, no duration prediction."""
         ctx, p = self.ctx, self.ctx.pending
-        req = None if p.requested_types is None else p.requested_types[i]
-        out = list(describe_sizing(ctx.layout, ctx.sizing, i, num_gpus=int(p.num_gpus[i]),
-                                   gpu_milli=int(p.gpu_milli[i]), peak_upper_mib=float(p.peak_vram_upper_mib[i]),
-                                   requested=req, request_text=None if p.gpu_request is None else p.gpu_request[i]))
-        if ctx.at_risk[i]:
-            out.append(f"SLA at risk: {hours(ctx.deadline[i] - ctx.now)} to the deadline, p90 run time "
-                       f"{hours(ctx.p90[i])}")
-        user = p.time_limit_s[i]
-        if limit is not None and np.isfinite(user) and user < p.p90_s[i]:
-            out.append(f"requested time limit {hours(user)} is below the predicted p90 {hours(p.p90_s[i])}: "
-                       "likely to be killed")
-        if not ctx.has_prediction[i]:
-            out.append("no duration prediction: planned with the time limit or a default")
-        return tuple(out)
+        sz = ctx.sizing
+        idx = _index(rows)
+        flagged = (sz.requested_missing[idx] | sz.fits_nowhere[idx] | sz.too_small[idx] | sz.wasteful[idx]).tolist()
+        at_risk, predicted = ctx.at_risk[idx].tolist(), ctx.has_prediction[idx].tolist()
+        user, p90 = p.time_limit_s[idx].tolist(), p.p90_s[idx].tolist()
+        out = []
+        for k, i in enumerate(rows):
+            warn = []
+            if flagged[k]:  # describe_sizing writes nothing for a job without a sizing flag
+                req = None if p.requested_types is None else p.requested_types[i]
+                warn.extend(describe_sizing(ctx.layout, sz, i, num_gpus=int(p.num_gpus[i]),
+                                            gpu_milli=int(p.gpu_milli[i]),
+                                            peak_upper_mib=float(p.peak_vram_upper_mib[i]), requested=req,
+                                            request_text=None if p.gpu_request is None else p.gpu_request[i]))
+            if at_risk[k]:
+                warn.append(f"SLA at risk: {hours(ctx.deadline[i] - ctx.now)} to the deadline, p90 run time "
+                            f"{hours(ctx.p90[i])}")
+            if limits[k] is not None and math.isfinite(user[k]) and user[k] < p90[k]:
+                warn.append(f"requested time limit {hours(user[k])} is below the predicted p90 {hours(p90[k])}: "
+                            "likely to be killed")
+            if not predicted[k]:
+                warn.append("no duration prediction: planned with the time limit or a default")
+            out.append(tuple(warn))
+        return out
 
     def action_sentence(self, i: int, o: Outcome, placement: Placement | None) -> str:
         ctx = self.ctx
@@ -193,41 +238,68 @@ class DecisionWriter:
         return tuple(out)
 
     def write(self, i: int, o: Outcome, lost_s: np.ndarray | None = None) -> Decision:
-        ctx, p, lay = self.ctx, self.ctx.pending, self.ctx.layout
-        placement = self.placement(i, o)
-        limit = self.time_limit(i, o)
-        reservation = eviction = None
-        if o.action == "reserve" and placement is not None:
-            reservation = Reservation(job_id=str(p.job_id[i]), start_ts=float(o.start_ts),
-                                      expires_ts=float(o.start_ts + self.policy.reservation.hold_s),
-                                      placement=placement, predicted_end_ts=float(o.end_ts))
-        if o.action == "preempt" and lost_s is not None:
-            pc = self.policy.preemption
-            eviction = EvictionPlan(for_job_id=str(p.job_id[i]), victims=self.victims(o, lost_s),
-                                    signal=pc.signal, requeue=pc.requeue,
-                                    # rule *snapshot grace*: the preemptor starts when the victims' snapshots are written
-                                    grace_s=max(pc.grace_s, float(o.start_ts) - ctx.now))
-        flavor_code = o.type_code if o.type_code >= 0 else int(ctx.sizing.flavor[i])
-        q = int(p.queue[i])
-        team = int(p.team[i])
-        queue = ctx.snapshot.queues[q] if q >= 0 else (ctx.snapshot.teams[team] if team >= 0 else None)
-        prio = int(self.priority[i])
-        factors = self.factors(i)
-        if self.explain:
-            reason = f"{self.action_sentence(i, o, placement)} Priority {prio:,}: {self.why(factors)}."
-        else:
-            reason = f"{o.action}: {o.note}" if o.note else o.action
-        return Decision(
-            job_id=str(p.job_id[i]), priority=Priority(prio), factors=factors, action=o.action,
-            tier=ctx.tier_names[ctx.tier_index[i]], queue=queue,
-            flavor=lay.gpu_types[flavor_code] if flavor_code >= 0 else None, num_gpus=int(p.num_gpus[i]),
-            placement=placement if o.action in ("start", "preempt") else None, reservation=reservation,
-            eviction=eviction, time_limit_s=limit, sla_at_risk=bool(ctx.at_risk[i]),
-            warnings=self.warnings(i, limit) if self.explain else (), reason=reason, model_version=str(p.model_version[i]),
-            fallback=bool(p.fallback[i]), decided_at=ctx.now,
-            constraint=ctx.book.eligibility.text_of(i) if ctx.book.eligibility is not None else None,  # residency
-            extra={"pending_row": i, "gpu_milli": int(p.gpu_milli[i])},
-        )
+        """The Decision of pending row ``i`` with outcome ``o`` (``lost_s``: the running jobs' work lost,
+        read for a ``preempt``)."""
+        return self.write_rows([i], [o], lost_s)[0]
+
+    def write_rows(self, rows: list[int], outcomes: list[Outcome], lost_s: np.ndarray | None = None,
+                   ) -> list[Decision]:
+        """The Decisions of pending rows ``rows`` with their ``outcomes``, in that order.
+
+        Column by column: each per-job array is read once for all rows as Python values (one
+        ``tolist`` instead of a numpy scalar per field per job), which is most of the cost of a batch's
+        Decisions once the readable parts are written."""
+        ctx, p, lay, pol = self.ctx, self.ctx.pending, self.ctx.layout, self.policy
+        idx = _index(rows)
+        job_id = [str(j) for j in p.job_id[idx].tolist()]
+        num_gpus, gpu_milli = p.num_gpus[idx].tolist(), p.gpu_milli[idx].tolist()
+        queue_code, team_code = p.queue[idx].tolist(), p.team[idx].tolist()
+        prio = self.priority[idx].tolist()
+        tier = [ctx.tier_names[t] for t in ctx.tier_index[idx].tolist()]
+        at_risk = ctx.at_risk[idx].tolist()
+        model_version = [str(v) for v in p.model_version[idx].tolist()]
+        fallback = p.fallback[idx].tolist()
+        sized_flavor = ctx.sizing.flavor[idx].tolist()
+        queues, teams, gpu_types = ctx.snapshot.queues, ctx.snapshot.teams, lay.gpu_types
+        eligibility = ctx.book.eligibility
+        hold_s = pol.reservation.hold_s
+        factor_rows = self.factor_rows(rows)
+        out = []
+        limits = self.time_limit_rows(rows, outcomes)
+        warnings = self.warning_rows(rows, limits) if self.explain else None
+        for k, (i, o) in enumerate(zip(rows, outcomes, strict=True)):
+            placement = self.placement(i, o)
+            limit = limits[k]
+            reservation = eviction = None
+            if o.action == "reserve" and placement is not None:
+                reservation = Reservation(job_id=job_id[k], start_ts=float(o.start_ts),
+                                          expires_ts=float(o.start_ts + hold_s),
+                                          placement=placement, predicted_end_ts=float(o.end_ts))
+            if o.action == "preempt" and lost_s is not None:
+                pc = pol.preemption
+                eviction = EvictionPlan(for_job_id=job_id[k], victims=self.victims(o, lost_s),
+                                        signal=pc.signal, requeue=pc.requeue,
+                                        # rule *snapshot grace*: the preemptor starts when the victims' snapshots are written
+                                        grace_s=max(pc.grace_s, float(o.start_ts) - ctx.now))
+            flavor_code = o.type_code if o.type_code >= 0 else sized_flavor[k]
+            q, team = queue_code[k], team_code[k]
+            queue = queues[q] if q >= 0 else (teams[team] if team >= 0 else None)
+            factors = factor_rows[k]
+            if self.explain:
+                reason = f"{self.action_sentence(i, o, placement)} Priority {prio[k]:,}: {self.why(factors)}."
+            else:
+                reason = f"{o.action}: {o.note}" if o.note else o.action
+            out.append(Decision(
+                job_id=job_id[k], priority=Priority(prio[k]), factors=factors, action=o.action, tier=tier[k],
+                queue=queue, flavor=gpu_types[flavor_code] if flavor_code >= 0 else None, num_gpus=num_gpus[k],
+                placement=placement if o.action in ("start", "preempt") else None, reservation=reservation,
+                eviction=eviction, time_limit_s=limit, sla_at_risk=at_risk[k],
+                warnings=warnings[k] if warnings is not None else (), reason=reason,
+                model_version=model_version[k], fallback=fallback[k], decided_at=ctx.now,
+                constraint=eligibility.text_of(i) if eligibility is not None else None,  # residency
+                extra={"pending_row": i, "gpu_milli": gpu_milli[k]},
+            ))
+        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -279,13 +351,20 @@ class SchedulePlan:
     def queue(self) -> tuple[Decision, ...]:
         """A Decision for every pending job, highest priority first (built once, then cached)."""
         if "queue" not in self._cache:
-            by_id = {d.extra["pending_row"]: d for d in self.decisions}
-            wait = Outcome("wait")
-            self._cache["queue"] = tuple(
-                by_id[i] if i in by_id else self._writer.write(i, self._outcomes.get(i, wait))
-                for i in self.order.tolist()
-            )
+            self._cache["queue"] = tuple(self.decisions_for_rows(self.order.tolist()))
         return self._cache["queue"]
+
+    def decisions_for_rows(self, rows: list[int]) -> list[Decision]:
+        """The Decisions of pending rows ``rows``, in that order: the plan's own where it has one, the
+        others written together (``DecisionWriter.write_rows``)."""
+        made = self._cache.get("made")
+        if made is None:
+            made = self._cache["made"] = {d.extra["pending_row"]: d for d in self.decisions}
+        missing = [i for i in rows if i not in made]
+        wait = Outcome("wait")
+        written = dict(zip(missing, self._writer.write_rows(missing, [self._outcomes.get(i, wait) for i in missing]),
+                           strict=True))
+        return [made[i] if i in made else written[i] for i in rows]
 
     def decision_for(self, job_id: str) -> Decision:
         """The Decision of one pending job; KeyError if it is not in the snapshot."""
@@ -295,9 +374,7 @@ class SchedulePlan:
             for row, jid in enumerate(ids):
                 row_of.setdefault(str(jid), row)  # the first row of an id, as before
             self._cache["row_of"] = row_of
-            self._cache["made"] = {d.extra["pending_row"]: d for d in self.decisions}
         i = self._cache["row_of"].get(job_id)
         if i is None:
             raise KeyError(f"job {job_id!r} is not pending in this snapshot")
-        made = self._cache["made"].get(i)
-        return made if made is not None else self._writer.write(i, self._outcomes.get(i, Outcome("wait")))
+        return self.decisions_for_rows([i])[0]

@@ -174,20 +174,22 @@ def write_plan(cycle: CycleResult, policy: PolicyConfig, *, explain: bool = True
     snapshot = ctx.snapshot
     now, pend, run = float(snapshot.now), snapshot.pending, snapshot.running
     writer = DecisionWriter(ctx, cycle.ordering, cycle.keys, priority, cycle.guarded, cycle.run_prio, explain=explain)
-    decisions, assignments = [], []
+    assignments = []
     wanted = None if write_rows is None else set(np.asarray(write_rows).tolist())
+    written: list[int] = []
     for i in cycle.ranked_outcomes():
         o = walk.outcomes[i]
         if o.action == "wait":
             continue
         if wanted is None or i in wanted:
-            decisions.append(writer.write(i, o, walk.lost_s if o.action == "preempt" else None))
+            written.append(i)
         if o.action in ("start", "preempt") and o.gpus is not None:
             victims = tuple(str(run.job_id[r]) for r in (o.victims if o.victims is not None else ()))
             assignments.append(Assignment(
                 pending_row=i, job_id=str(pend.job_id[i]), gpus=o.gpus, gpu_milli=int(pend.gpu_milli[i]),
                 placement_class=o.placement_class, slowdown=float(pend.slowdown[i, o.placement_class]),
                 start_ts=o.start_ts, predicted_end_ts=o.end_ts, victims=victims))
+    decisions = writer.write_rows(written, [walk.outcomes[i] for i in written], walk.lost_s)
     action = np.full(len(pend), "wait", dtype=object)
     for i, o in walk.outcomes.items():
         action[i] = o.action

@@ -37,13 +37,13 @@ def busy_engine() -> Engine:
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Job ids of every Decision written (the real writer runs)."""
     seen: list[str] = []
-    real = plan_module.DecisionWriter.write
+    real = plan_module.DecisionWriter.write_rows
 
-    def counted(self, i, *args, **kwargs):  # noqa: ANN001, ANN202
-        seen.append(str(self.ctx.pending.job_id[i]))
-        return real(self, i, *args, **kwargs)
+    def counted(self, rows, *args, **kwargs):  # noqa: ANN001, ANN202
+        seen.extend(str(self.ctx.pending.job_id[i]) for i in rows)
+        return real(self, rows, *args, **kwargs)
 
-    monkeypatch.setattr(plan_module.DecisionWriter, "write", counted)
+    monkeypatch.setattr(plan_module.DecisionWriter, "write_rows", counted)
     return seen
 
 

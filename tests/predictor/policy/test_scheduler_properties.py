@@ -227,3 +227,27 @@ def test_scheduling_depth_keeps_priorities_and_the_head(running, pending, depth)
     skipped = [d for d in shallow.queue() if "scheduling depth" in d.reason]
     assert all(d.action == "wait" for d in skipped)
     assert len(skipped) <= max(len(pending) - depth, 0)
+
+
+@given(running=running_jobs(), pending=pending_jobs(n_min=1), preset=st.sampled_from(PRESETS),
+       explain=st.booleans(), data=st.data())
+@FAST
+def test_decisions_written_together_equal_those_written_one_by_one(running, pending, preset, explain, data):
+    """``DecisionWriter.write_rows`` (column by column, what a batch and ``queue()`` use) writes, for any
+    rows in any order, the Decisions that writing each row alone gives."""
+    from predictor.policy.plan import Outcome
+    from predictor.store.codec import decision_doc
+
+    plan = decide(snapshot(running, pending), load_policy(preset), explain=explain)
+    writer, wait = plan._writer, Outcome("wait")
+    n = len(plan.priority)
+    rows = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True))
+    outcomes = [plan._outcomes.get(i, wait) for i in rows]
+    together = [decision_doc(d) for d in writer.write_rows(rows, outcomes, None)]
+    alone = [decision_doc(writer.write(i, o)) for i, o in zip(rows, outcomes, strict=True)]
+    assert together == alone
+    queue = {d.extra["pending_row"]: decision_doc(d) for d in plan.queue()}
+    written = {d.extra["pending_row"]: decision_doc(d) for d in plan.decisions}
+    for i, doc in zip(rows, together, strict=True):
+        if i not in written:  # the plan's own Decisions of preemptions carry their eviction plan
+            assert queue[i] == doc
