@@ -19,6 +19,8 @@ __all__ = ["prediction_doc", "decision_doc", "placement_doc", "reservation_doc",
 
 
 def _num(x: float | None) -> float | None:
+    if x.__class__ is float:  # the usual case, without the conversion
+        return x if x - x == 0.0 else None  # NaN and +-inf are not finite
     if x is None:
         return None
     x = float(x)
@@ -92,16 +94,18 @@ def eviction_doc(e: EvictionPlan | None) -> dict[str, Any] | None:
 
 def decision_doc(d: Decision) -> dict[str, Any]:
     """The stored / served form of a ``Decision`` (factor contributions and the score included)."""
+    factors, score = [], 0.0
+    for f in d.factors:  # each contribution once; the score sums them in the order Decision.score does
+        c = f.value * f.weight
+        score += c
+        factors.append({"name": f.name, "value": _num(f.value), "weight": _num(f.weight),
+                        "contribution": _num(c), "detail": f.detail})
     return {
         "job_id": d.job_id,
         "priority": int(d.priority),
         "kueue_priority": int(d.kueue_priority),
-        "score": _num(d.score),
-        "factors": [
-            {"name": f.name, "value": _num(f.value), "weight": _num(f.weight),
-             "contribution": _num(f.contribution), "detail": f.detail}
-            for f in d.factors
-        ],
+        "score": _num(score if d.factors else 0),
+        "factors": factors,
         "action": d.action,
         "tier": d.tier,
         "queue": d.queue,
@@ -118,8 +122,16 @@ def decision_doc(d: Decision) -> dict[str, Any]:
         "fallback": bool(d.fallback),
         "decided_at": _num(d.decided_at),
         "constraint": d.constraint,  # residency (docs/residency.md)
-        "extra": jsonable(d.extra),
+        "extra": _plain(d.extra),
     }
+
+
+def _plain(extra: dict) -> Any:
+    """``jsonable(extra)``, without the walk for the usual flat dict of ints and strings."""
+    for k, v in extra.items():
+        if k.__class__ is not str or (v.__class__ is not int and v.__class__ is not str):
+            return jsonable(extra)
+    return dict(extra)
 
 
 def prediction_row(doc: dict[str, Any] | None, job_id: str) -> dict[str, Any]:
