@@ -21,7 +21,7 @@ from predictor.policy import intake
 from predictor.policy.intake import Columns, Names, Vocabulary
 from predictor.policy.snapshot import ClusterSnapshot, PendingJobs, RunningJobs
 
-__all__ = ["QueuePicture", "canonical_frame", "canonical_columns", "frame_of"]
+__all__ = ["QueuePicture", "CanonicalColumns", "canonical_frame", "canonical_columns", "frame_of"]
 
 
 def _text(value: Any) -> str | None:
@@ -83,27 +83,28 @@ def frame_of(columns: Mapping[str, np.ndarray]) -> pd.DataFrame:
         return pd.DataFrame(dict(zip(COLUMNS, arrays, strict=True)), copy=False)
 
 
+class CanonicalColumns(dict):
+    """What ``canonical_columns`` returns: one array per column, each a row of one of three per-kind
+    blocks, which it remembers (``blocks``, and ``views``: the arrays as it made them) so that
+    ``frame_of`` can hand the blocks to pandas after checking, by identity, that no column was
+    replaced."""
+
+    __slots__ = ("blocks", "views")
+
+
 def _blocks_of(columns: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """``canonical_columns``' per-kind blocks with each block's column positions, when every canonical
     column is still the row of its block that ``canonical_columns`` made it (None otherwise)."""
     if not hasattr(pd.api, "internals") or not hasattr(pd.api.internals, "create_dataframe_from_blocks"):
         return None  # pragma: no cover - a pandas before 3.0
-    out = []
-    for kind, placement in zip(_KIND_ROWS, _PLACEMENTS, strict=True):
-        block = None
-        for col, i in kind.items():
-            a = columns.get(col)
-            if not isinstance(a, np.ndarray) or a.ndim != 1:
-                return None
-            if block is None:
-                block = a.base
-                if not isinstance(block, np.ndarray) or block.ndim != 2 or block.shape != (len(kind), len(a)):
-                    return None
-            if a.base is not block or a.strides != block.strides[1:] or \
-                    a.ctypes.data != block.ctypes.data + i * block.strides[0]:
-                return None
-        out.append((block, placement))
-    return out
+    views = getattr(columns, "views", None)
+    if views is None:
+        return None
+    get = columns.get
+    for col, view in views.items():
+        if get(col) is not view:
+            return None
+    return [(block, placement) for block, placement in zip(columns.blocks, _PLACEMENTS, strict=True)]
 
 
 def canonical_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
@@ -112,7 +113,7 @@ def canonical_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndar
     # one block per kind, each column a contiguous row of it: three allocations, not one per column
     floats, strings, bools = np.full((len(_FLOATS), n), np.nan), np.full((len(_STRINGS), n), None, dtype=object), \
         np.zeros((len(_BOOLS), n), dtype=bool)
-    data: dict[str, np.ndarray] = {}
+    data = CanonicalColumns()
     for col in COLUMNS:
         kind = _KIND[col]
         data[col] = (floats[_FLOATS[col]] if kind is float else strings[_STRINGS[col]] if kind is str
@@ -126,6 +127,7 @@ def canonical_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndar
                 data[key][i] = _text(value)
             elif kind is bool:
                 data[key][i] = bool(value)
+    data.blocks, data.views = (floats, strings, bools), dict(data)
     return data
 
 

@@ -53,6 +53,8 @@ def test_the_frame_from_blocks_is_the_frame_from_arrays(records: list[dict]) -> 
     assert fast._mgr.nblocks == 3  # the blocks themselves, not one per column
     changed = {**columns, "num_gpus": columns["num_gpus"] + 1.0}  # a column no longer in its block
     pd.testing.assert_frame_equal(frame_of(changed), by_arrays.assign(num_gpus=by_arrays["num_gpus"] + 1.0))
+    columns["num_gpus"] = columns["num_gpus"] + 1.0  # replaced in place: its block no longer holds it
+    pd.testing.assert_frame_equal(frame_of(columns), by_arrays.assign(num_gpus=by_arrays["num_gpus"] + 1.0))
 
 
 def _prediction_frame(n: int, rng: np.random.Generator) -> pd.DataFrame:
