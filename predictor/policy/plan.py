@@ -249,6 +249,8 @@ class DecisionWriter:
         Column by column: each per-job array is read once for all rows as Python values (one
         ``tolist`` instead of a numpy scalar per field per job), which is most of the cost of a batch's
         Decisions once the readable parts are written."""
+        if not rows:
+            return []
         ctx, p, lay, pol = self.ctx, self.ctx.pending, self.ctx.layout, self.policy
         idx = _index(rows)
         job_id = [str(j) for j in p.job_id[idx].tolist()]
