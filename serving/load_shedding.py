@@ -13,13 +13,19 @@ WebSocket stream are not limited):
   for one of those slots, first come first served;
 * a request beyond that, or one that waited ``queue_wait_ms`` for a slot, is answered at once:
   ``503 Service Unavailable`` with ``Retry-After`` and ``{"detail": ..., "reason": "queue_full" |
-  "queue_wait"}``, without reading or validating its body. A shed request costs a fraction of a
+  "queue_wait" | "expected_wait"}``, without reading or validating its body. A shed request costs a fraction of a
   millisecond, so shedding drains a burst instead of adding to it;
 * a request is counted the moment it reaches the middleware and then yields to the event loop once,
   so all requests read in one pass of the loop are counted before the first is scored: a handler
   that never awaits (scoring is CPU work on the loop) runs to its end once resumed, and counting
   later would see one request at a time while the rest wait unseen;
-* a request whose turn comes after ``queue_wait_ms`` is shed then rather than served late.
+* a request whose turn comes after ``queue_wait_ms`` is shed then rather than served late;
+* a request that would wait longer than ``queue_wait_ms`` is shed on arrival, without waiting to
+  find out (``expected_wait``): the middleware keeps an exponentially weighted mean of how long a
+  request holds a slot, and a request that arrives with ``k`` requests queued ahead of it beyond
+  the free slots expects to wait ``k`` x that mean / ``max_concurrency``. Under a steady overload the
+  queue then holds about ``queue_wait_ms`` of work, so accepted requests finish within about
+  ``queue_wait_ms`` plus their own time, and the rest are answered in microseconds.
 
 The time a request arrived (when this worker read it) is put in ``scope["state"]["arrived_at"]``
 (``time.perf_counter``); ``POST /v1/score`` reads it for its deadline: the caller's
@@ -80,6 +86,8 @@ class LoadSheddingMiddleware:
         self.active = 0  # requests holding a slot
         self.present = 0  # requests in this middleware: holding a slot, waiting for one, or about to ask
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
+        self.hold_s = 0.0  # exponentially weighted time a request holds a slot (0: none seen yet)
+        self.hold_weight = 0.2
 
     @property
     def waiting(self) -> int:
@@ -96,6 +104,9 @@ class LoadSheddingMiddleware:
         if self.present >= self.max_concurrency + self.max_queue:
             await self._shed(scope, send, "queue_full")
             return
+        if self.expected_wait_s() > self.queue_wait_s:
+            await self._shed(scope, send, "expected_wait")
+            return
         self.present += 1
         try:
             await asyncio.sleep(0)  # let every request read in this pass be counted
@@ -103,12 +114,21 @@ class LoadSheddingMiddleware:
             if reason is not None:
                 await self._shed(scope, send, reason)
                 return
+            started = time.perf_counter()
             try:
                 await self.app(scope, receive, send)
             finally:
                 self._release()
+                held = time.perf_counter() - started
+                self.hold_s = held if self.hold_s == 0.0 else self.hold_s + self.hold_weight * (held - self.hold_s)
         finally:
             self.present -= 1
+
+    def expected_wait_s(self) -> float:
+        """How long a request arriving now would wait for a slot: the requests ahead of it beyond the
+        free slots, each holding one for the mean hold time, ``max_concurrency`` at a time."""
+        ahead = self.present - self.max_concurrency + 1
+        return ahead * self.hold_s / self.max_concurrency if ahead > 0 else 0.0
 
     async def _acquire(self, arrived: float) -> str | None:
         """Take a slot (None), or say why not (``queue_wait``: waited too long for one)."""
