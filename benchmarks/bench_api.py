@@ -115,8 +115,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(workdir: Path, tracking: str, workers: int, port: int) -> subprocess.Popen:
+def start_server(workdir: Path, tracking: str, workers: int, port: int,
+                 settings: dict[str, str] | None = None) -> subprocess.Popen:
+    """uvicorn with the service on ``port``; ``settings``: more ``PREDICTOR_*`` variables (the caller's
+    own environment's are not passed on, so that the service runs on its defaults unless told)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREDICTOR_")}
+    env.update(settings or {})
     env.update({
         "PREDICTOR_DATABASE_URL": f"sqlite:///{workdir / 'state.db'}", "MLFLOW_TRACKING_URI": tracking,
         "PREDICTOR_TOKENS": json.dumps([{"name": "bench", "role": "admin", "token": TOKEN}]),
@@ -462,6 +466,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--terse-batches", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure batches with ?explain=false (no factor details, warnings, reason sentence)")
     ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--queue-wait-ms", type=float, default=None,
+                    help="the service's PREDICTOR_QUEUE_WAIT_MS (default: the service's own default)")
     ap.add_argument("--tracked", type=int, default=30, help="jobs in the tracked queue (two thirds running)")
     ap.add_argument("--history-jobs", type=int, default=3000, help="synthetic jobs to train on")
     ap.add_argument("--stage-repeats", type=int, default=2,
@@ -482,7 +488,8 @@ def main(argv: list[str] | None = None) -> dict:
                 console.print(f"registered {model} as champion in {time.perf_counter() - t:.0f} s")
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        proc = start_server(workdir, tracking, args.workers, port)
+        proc = start_server(workdir, tracking, args.workers, port, settings=dict(
+            [("PREDICTOR_QUEUE_WAIT_MS", str(args.queue_wait_ms))] if args.queue_wait_ms is not None else []))
         try:
             with console.status("starting uvicorn"):
                 ready = wait_ready(base, proc, model)
@@ -532,7 +539,8 @@ def main(argv: list[str] | None = None) -> dict:
                     "load_avg_before": [round(x, 2) for x in load_before],
                     "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
         "server": {"workers": args.workers, "model": ready["model"]["version"], "fallback": ready["model"]["fallback"],
-                   "tracked_queue": tracked, "trained_on": f"{len(jobs)} synthetic jobs" if model else None},
+                   "tracked_queue": tracked, "trained_on": f"{len(jobs)} synthetic jobs" if model else None,
+                   "queue_wait_ms": args.queue_wait_ms if args.queue_wait_ms is not None else "default"},
         "single": single,
         "single_at_lower_rates": lower,
         "overload": overload,

@@ -75,7 +75,7 @@ class LoadSheddingMiddleware:
         Paths limited (``/v1/``: the API).
     """
 
-    def __init__(self, app: ASGIApp, *, max_concurrency: int = 2, max_queue: int = 16, queue_wait_ms: float = 500.0,
+    def __init__(self, app: ASGIApp, *, max_concurrency: int = 2, max_queue: int = 16, queue_wait_ms: float = 40.0,
                  retry_after_s: int = 1, prefix: str = "/v1/") -> None:
         self.app = app
         self.max_concurrency = max_concurrency

@@ -15,13 +15,14 @@ variable                        meaning                                         
 ``PREDICTOR_MIGRATE_ON_START``  apply database migrations at start-up           ``true``
 ``PREDICTOR_MAX_CONCURRENCY``   API requests one worker works on at once        ``2``
 ``PREDICTOR_MAX_QUEUE``         more requests that may wait for one of those    ``16``
-``PREDICTOR_QUEUE_WAIT_MS``     longest wait for a slot before shedding (503)   ``500``
+``PREDICTOR_QUEUE_WAIT_MS``     longest (or expected) wait for a slot (503)      ``40``
 ``PREDICTOR_RETRY_AFTER_S``     ``Retry-After`` of a shed request (seconds)      ``1``
 ``PREDICTOR_DEADLINE_MS``       deadline of a score request that sets none      none
 =============================  ==============================================  ==========================
 
 Load shedding and deadlines (``serving.load_shedding``, docs/serving.md): past ``MAX_CONCURRENCY``
-requests in progress and ``MAX_QUEUE`` waiting, or after ``QUEUE_WAIT_MS`` waiting, a request is
+requests in progress and ``MAX_QUEUE`` waiting, or after ``QUEUE_WAIT_MS`` waiting, or when it would
+wait longer than that (the mean time a request holds a slot times those ahead of it), a request is
 answered 503 with ``Retry-After`` at once; a ``POST /v1/score`` whose deadline (header
 ``X-Deadline-Ms``: milliseconds the caller still waits, counted from when the worker reads the
 request) would pass before the model answers is scored by the analytic fallback, and the response
@@ -112,7 +113,7 @@ class Settings(EngineSettings):
     migrate_on_start: bool = True
     max_concurrency: int = Field(default=2, ge=1, le=10_000)
     max_queue: int = Field(default=16, ge=0, le=100_000)
-    queue_wait_ms: float = Field(default=500.0, gt=0)
+    queue_wait_ms: float = Field(default=40.0, gt=0)
     retry_after_s: int = Field(default=1, ge=0, le=3600)
     deadline_ms: float | None = Field(default=None, gt=0)
 
