@@ -89,6 +89,7 @@ __all__ = [
     "upper_bound",
     "cap_upper",
     "analytic_memory",
+    "SCALAR_ROWS",
 ]
 
 MIB = float(2**20)
@@ -113,6 +114,10 @@ LORA_PARAMS_PER_RANK_HIDDEN_LAYER = 19.0
 #: Bytes more per logit when the output layer is fp32 (``models.memory_assumptions.BNB_QUANTIZATIONS``):
 #: the logits themselves are fp32 instead of 16-bit.
 KBIT_LOGIT_EXTRA_BYTES = 2.0
+
+#: Up to this many jobs ``analytic_memory`` computes row by row in Python floats
+#: (``models.memory_scalar``, the same results); above, vectorised.
+SCALAR_ROWS = 8
 
 _LOW_BIT_OPTIMIZER = 2.5  # at or below this many bytes the optimizer state is quantised, not in the param dtype
 
@@ -337,4 +342,8 @@ def analytic_memory(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str
         NaN (and ``assumed`` "") where ``model_params`` is unknown.
     """
     cal = shipped_calibration() if calibration is None else calibration
+    if 0 < len(jobs) <= SCALAR_ROWS:
+        from models.memory_scalar import scalar_memory  # imports this module
+
+        return scalar_memory(jobs, gpu_memory_mib, cal)
     return parts_from(resolve_jobs(jobs, gpu_memory_mib, calibration=cal), cal)
