@@ -164,13 +164,22 @@ def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, s
     Returns ``states``, ``activations`` (logits included), ``logits``, ``overhead``, ``total`` (MiB;
     allocator factor and overhead applied) and ``zero_stage``, arrays of shape (n,); NaN without a size.
     """
+    return _terms(_sized(params, method), num_gpus, sc, cal)
+
+
+def _sized(params: np.ndarray, method: np.ndarray) -> tuple[np.ndarray, ...]:
+    """What ``memory_terms`` derives from the size and method alone (no scenario changes it)."""
     p = np.where(params > 0, params, np.nan)
     hidden, layers = transformer_shape(np.nan_to_num(p, nan=1.0))
+    return hidden, layers, method == "full", np.nan_to_num(p, nan=0.0), np.isnan(p)
+
+
+def _terms(sized: tuple[np.ndarray, ...], num_gpus: np.ndarray, sc: Scenario,
+           cal: MemoryCalibration) -> dict[str, np.ndarray]:
+    hidden, layers, full, size, nan = sized
     true16 = _TRUE16[sc.mode]
     opt = np.where(true16 & (sc.optimizer_bytes > _LOW_BIT_OPTIMIZER), sc.optimizer_bytes / 2.0, sc.optimizer_bytes)
     weight_b, master_b, adapter_b = _WEIGHT_B[sc.mode], _MASTER_B[sc.mode], _ADAPTER_B[sc.mode]
-    full = method == "full"
-    size = np.nan_to_num(p, nan=0.0)
     known = sc.trainable > 0
     emb = np.minimum(2.0 * sc.vocab * hidden, 0.5 * size)
     trained = np.where(full, np.where(known, np.minimum(sc.trainable, size), size), 0.0)
@@ -215,7 +224,6 @@ def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, s
     overhead = cal.context_mib + np.where(num_gpus > 1, NCCL_BUFFERS_MIB, 0.0)
     total = (cal.allocator * (states + acts) + cal.logit_reserve * logits) / MIB + overhead
     stage = _STAGE[sc.strategy]
-    nan = np.isnan(p)
     return {
         "states": np.where(nan, np.nan, states / MIB),
         "activations": np.where(nan, np.nan, acts / MIB),
@@ -259,10 +267,10 @@ def resolve_jobs(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str, f
     known_cap = cap
     cap = np.where(np.isnan(cap), largest, cap)
 
-    def evaluate(sc: Scenario, k: int = 1) -> dict[str, np.ndarray]:
-        if k == 1:
-            return memory_terms(params, method, gpus, sc, cal)
-        return memory_terms(np.tile(params, k), np.tile(method, k), np.tile(gpus, k), sc, cal)
+    sized = _sized(params, method)
+
+    def evaluate(sc: Scenario) -> dict[str, np.ndarray]:
+        return _terms(sized, gpus, sc, cal)
 
     point, upper, assumed = resolve_scenarios(jobs, method, gpus, params, cap, evaluate)
     return ResolvedJobs(params=params, method=method, num_gpus=gpus, point=point, upper=upper,

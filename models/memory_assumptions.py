@@ -170,8 +170,9 @@ def resolve_scenarios(
 ) -> tuple[Scenario, Scenario, np.ndarray]:
     """The point and upper scenarios of every job, and what the point assumed (module docstring).
 
-    ``evaluate(scenario, k)`` maps a scenario to the estimate's terms (its ``total`` in MiB is read);
-    ``k`` > 1 means the scenario holds ``k`` variants of every job end to end (``Scenario.tile``).
+    ``evaluate(scenario)`` maps a scenario to the estimate's terms (its ``total`` in MiB is read); the
+    upper scenario's candidates come as one scenario whose mode, strategy and checkpointing have shape
+    (k, n) (candidate, job), the other fields (n,), and its terms broadcast to (k, n).
     """
     mode = _codes(object_column(jobs, "precision_mode"), MODE)
     precision = _lower(object_column(jobs, "precision"))
@@ -274,22 +275,25 @@ def _upper(base: Scenario, unknown: Mapping[str, np.ndarray], kind: np.ndarray, 
     if not unknown["grad_checkpointing"].any():
         grid = [g for g in grid if g[2] == _SAVERS[0]]
     n, k = len(cap), len(grid)
-    modes_k = np.concatenate([np.where(unknown["precision_mode"], modes[m], base.mode) for m, _, _ in grid])
-    strategy_k = np.concatenate([np.where(unknown["parallel_strategy"], st, base.strategy) for _, st, _ in grid])
-    ckpt_k = np.concatenate([np.where(unknown["grad_checkpointing"], c, base.ckpt) for _, _, c in grid])
+    # every combination at once, broadcast: row j of the (k, n) mode / strategy / checkpointing arrays
+    # is combination j (the other fields, shape (n,), are the same in all)
+    modes_k = np.stack([np.where(unknown["precision_mode"], modes[m], base.mode) for m, _, _ in grid])
+    strategy_k = np.stack([np.where(unknown["parallel_strategy"], st, base.strategy) for _, st, _ in grid])
+    ckpt_k = np.stack([np.where(unknown["grad_checkpointing"], c, base.ckpt) for _, _, c in grid])
     best_total = np.full(n, -np.inf)
     best = point
+    columns = np.arange(n)
     for _attempt in range(2):
-        # every combination at once: rows of combination j are j * n ... (j + 1) * n - 1
-        tiled = replace(sizes.tile(k), mode=modes_k, strategy=strategy_k, ckpt=ckpt_k)
-        totals = evaluate(tiled, k)["total"].reshape(k, n)
+        totals = np.broadcast_to(evaluate(replace(sizes, mode=modes_k, strategy=strategy_k, ckpt=ckpt_k))["total"],
+                                 (k, n))
         fits = np.where(totals <= cap[None, :], totals, -np.inf)
         pick = np.where(np.isfinite(fits).any(axis=0), np.argmax(fits, axis=0), np.argmin(totals, axis=0))
-        chosen = tiled.take(pick * n + np.arange(n))
+        chosen = replace(sizes, mode=modes_k[pick, columns], strategy=strategy_k[pick, columns],
+                         ckpt=ckpt_k[pick, columns])
         found = np.isfinite(fits).any(axis=0)
         update = found | (_attempt == 1) | ~np.isfinite(best_total)
         best = best.where(update, chosen)
-        best_total = np.where(found, fits[pick, np.arange(n)], best_total)
+        best_total = np.where(found, fits[pick, columns], best_total)
         missing = ~np.isfinite(best_total)
         if not missing.any():
             break
