@@ -64,7 +64,7 @@ public projects, shipped in ``models/calibration/``). Jobs without ``model_param
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pandas as pd
@@ -319,7 +319,11 @@ def upper_bound(point: Mapping[str, np.ndarray], upper: Mapping[str, np.ndarray]
 
 def parts_from(resolved: ResolvedJobs, cal: MemoryCalibration) -> MemoryParts:
     """``MemoryParts`` of resolved jobs under a calibration."""
-    terms, high = resolved.terms("point", cal), resolved.terms("upper", cal)
+    # both scenarios in one evaluation: fields of shape (2, n), point then upper
+    point, up = resolved.point, resolved.upper
+    both = Scenario(**{f.name: np.stack([getattr(point, f.name), getattr(up, f.name)]) for f in fields(Scenario)})
+    pair = _terms(_sized(resolved.params, resolved.method), resolved.num_gpus, both, cal)
+    terms, high = ({k: v if v.ndim == 1 else v[i] for k, v in pair.items()} for i in (0, 1))  # overhead: (n,)
     upper = cap_upper(upper_bound(terms, high, resolved.assumed != "", cal), terms["total"], resolved.cap_mib)
     return MemoryParts(states=terms["states"], activations=terms["activations"], logits=terms["logits"],
                        overhead=terms["overhead"], total=terms["total"], upper=upper, zero_stage=terms["zero_stage"],

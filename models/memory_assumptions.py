@@ -236,15 +236,26 @@ def resolve_scenarios(
 
 def _fit_point(sc: Scenario, unknown: Mapping[str, np.ndarray], cap: np.ndarray,
                evaluate: Callable[..., Mapping[str, np.ndarray]]) -> Scenario:
-    """Step the unknown memory savers on, in order, until the estimate fits the GPU."""
-    over = evaluate(sc)["total"] > cap
-    for name, attr, value in (("parallel_strategy", "strategy", STRATEGY["zero2"]),
-                              ("parallel_strategy", "strategy", STRATEGY["zero3"]),
-                              ("grad_checkpointing", "ckpt", CKPT["full"])):
-        step = over & unknown[name]
-        if step.any():
-            sc = replace(sc, **{attr: np.where(step, value, getattr(sc, attr))})
-            over = evaluate(sc)["total"] > cap
+    """Step the unknown memory savers on, in order, until the estimate fits the GPU: ``zero2``, then
+    ``zero3`` (an unknown strategy), then full checkpointing (an unknown one), then a 16-bit-true mode.
+
+    The six strategy x checkpointing variants a job can step through are evaluated at once (shape
+    (6, n), variant ``3 * checkpointing + strategy``); each job then follows its own steps."""
+    u_strategy, u_ckpt = unknown["parallel_strategy"], unknown["grad_checkpointing"]
+    strategies = np.stack([sc.strategy, np.where(u_strategy, STRATEGY["zero2"], sc.strategy),
+                           np.where(u_strategy, STRATEGY["zero3"], sc.strategy)])
+    ckpts = np.stack([sc.ckpt, np.where(u_ckpt, CKPT["full"], sc.ckpt)])
+    totals = np.broadcast_to(evaluate(replace(sc, strategy=np.tile(strategies, (2, 1)),
+                                              ckpt=np.repeat(ckpts, 3, axis=0)))["total"], (6, len(cap)))
+    above = totals > cap
+    over, at_strategy, columns = above[0], np.zeros(len(cap), dtype=np.int64), np.arange(len(cap))
+    for value in (1, 2):  # zero2, zero3
+        step = over & u_strategy
+        at_strategy = np.where(step, value, at_strategy)
+        over = np.where(step, above[value], over)
+    step = over & u_ckpt
+    over = np.where(step, above[3 + at_strategy, columns], over)
+    sc = replace(sc, strategy=strategies[at_strategy, columns], ckpt=np.where(step, ckpts[1], ckpts[0]))
     step = over & unknown["precision_mode"]
     if not step.any():
         return sc
@@ -315,14 +326,17 @@ def _assumed(point: Scenario, unknown: Mapping[str, np.ndarray]) -> np.ndarray:
         "lora_rank": point.lora_rank, "optimizer": lambda: np.full(len(point.mode), "adamw", dtype=object),
         "batch_size": point.batch, "seq_len": point.seq_len, "vocab_size": point.vocab,
     }
-    out = np.full(len(point.mode), "", dtype=object)
+    parts: list[list[str]] = [[] for _ in range(len(point.mode))]
     for key, value in values.items():
-        mask = unknown[key]
-        if not mask.any():
+        rows = np.flatnonzero(unknown[key]).tolist()
+        if not rows:
             continue
         labels = _labels(value() if callable(value) else value)
-        text = np.where(mask, key + "=" + labels, "")
-        out = np.where(out == "", text, np.where(text == "", out, out + "; " + text))
+        prefix = key + "="
+        for i in rows:
+            parts[i].append(prefix + labels[i])
+    out = np.empty(len(parts), dtype=object)
+    out[:] = ["; ".join(p) for p in parts]
     return out
 
 
