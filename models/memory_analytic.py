@@ -65,6 +65,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -174,6 +175,21 @@ def _sized(params: np.ndarray, method: np.ndarray) -> tuple[np.ndarray, ...]:
     return hidden, layers, method == "full", np.nan_to_num(p, nan=0.0), np.isnan(p)
 
 
+@lru_cache(maxsize=16)
+def _calibration_tables(activation_bytes: float, checkpoint_bytes: float,
+                        logit_bytes: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lookup arrays of a calibration: stored activations per token and hidden unit ``a * layers + b``
+    by checkpointing code (off, selective, full), and bytes per logit by loss code."""
+    a, b = np.zeros(len(CKPT)), np.zeros(len(CKPT))
+    a[CKPT["off"]], a[CKPT["selective"]] = activation_bytes, SELECTIVE_SHARE * activation_bytes
+    a[CKPT["full"]], b[CKPT["full"]] = checkpoint_bytes, activation_bytes  # inputs kept, one layer redone
+    logit_b = np.zeros(len(LOSS))
+    logit_b[LOSS["standard"]], logit_b[LOSS["chunked"]] = logit_bytes, CHUNKED_LOGIT_BYTES
+    for table in (a, b, logit_b):
+        table.flags.writeable = False
+    return a, b, logit_b
+
+
 def _terms(sized: tuple[np.ndarray, ...], num_gpus: np.ndarray, sc: Scenario,
            cal: MemoryCalibration) -> dict[str, np.ndarray]:
     hidden, layers, full, size, nan = sized
@@ -208,15 +224,10 @@ def _terms(sized: tuple[np.ndarray, ...], num_gpus: np.ndarray, sc: Scenario,
         sc.context_parallel, 1.0)
     act_scale = _ACT_SCALE[sc.mode] / split
     tokens = sc.batch * sc.seq_len
-    # stored activations per token and hidden unit: a * layers + b, by checkpointing (off, selective, full)
-    a, b = np.zeros(len(CKPT)), np.zeros(len(CKPT))
-    a[CKPT["off"]], a[CKPT["selective"]] = cal.activation_bytes, SELECTIVE_SHARE * cal.activation_bytes
-    a[CKPT["full"]], b[CKPT["full"]] = cal.checkpoint_bytes, cal.activation_bytes  # inputs kept, one layer redone
+    a, b, logit_b = _calibration_tables(cal.activation_bytes, cal.checkpoint_bytes, cal.logit_bytes)
     stored = tokens * hidden * (a[sc.ckpt] * layers + b[sc.ckpt])
     text = sc.seq_len > 0
     vision = sc.batch * cal.image_sample_mib * MIB * (sc.image_size / 224.0) ** 2 * act_scale
-    logit_b = np.zeros(len(LOSS))
-    logit_b[LOSS["standard"]], logit_b[LOSS["chunked"]] = cal.logit_bytes, CHUNKED_LOGIT_BYTES
     # an fp32 output layer (a bitsandbytes base, above) gives fp32 logits: 2 more bytes each where they are kept
     logit_b = logit_b[sc.loss] + np.where((sc.loss == LOSS["standard"]) & kbit & (weight_b < 4.0), KBIT_LOGIT_EXTRA_BYTES, 0.0)
     logits = np.where(text, tokens * sc.vocab * logit_b / split, 0.0)

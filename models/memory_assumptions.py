@@ -288,9 +288,10 @@ def _upper(base: Scenario, unknown: Mapping[str, np.ndarray], kind: np.ndarray, 
     n, k = len(cap), len(grid)
     # every combination at once, broadcast: row j of the (k, n) mode / strategy / checkpointing arrays
     # is combination j (the other fields, shape (n,), are the same in all)
-    modes_k = np.stack([np.where(unknown["precision_mode"], modes[m], base.mode) for m, _, _ in grid])
-    strategy_k = np.stack([np.where(unknown["parallel_strategy"], st, base.strategy) for _, st, _ in grid])
-    ckpt_k = np.stack([np.where(unknown["grad_checkpointing"], c, base.ckpt) for _, _, c in grid])
+    m_idx, st_k, c_k = (np.array(v, dtype=np.int64) for v in zip(*grid))
+    modes_k = np.where(unknown["precision_mode"], np.stack(modes)[m_idx], base.mode)
+    strategy_k = np.where(unknown["parallel_strategy"], st_k[:, None], base.strategy)
+    ckpt_k = np.where(unknown["grad_checkpointing"], c_k[:, None], base.ckpt)
     best_total = np.full(n, -np.inf)
     best = point
     columns = np.arange(n)
