@@ -280,8 +280,10 @@ def resolve_jobs(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str, f
 
     sized = _sized(params, method)
 
-    def evaluate(sc: Scenario) -> dict[str, np.ndarray]:
-        return _terms(sized, gpus, sc, cal)
+    def evaluate(sc: Scenario, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        if rows is None:
+            return _terms(sized, gpus, sc, cal)
+        return _terms(tuple(x[rows] for x in sized), gpus[rows], sc, cal)
 
     point, upper, assumed = resolve_scenarios(jobs, method, gpus, params, cap, evaluate)
     return ResolvedJobs(params=params, method=method, num_gpus=gpus, point=point, upper=upper,

@@ -292,26 +292,38 @@ def _upper(base: Scenario, unknown: Mapping[str, np.ndarray], kind: np.ndarray, 
     modes_k = np.where(unknown["precision_mode"], np.stack(modes)[m_idx], base.mode)
     strategy_k = np.where(unknown["parallel_strategy"], st_k[:, None], base.strategy)
     ckpt_k = np.where(unknown["grad_checkpointing"], c_k[:, None], base.ckpt)
-    best_total = np.full(n, -np.inf)
-    best = point
+    first, first_total = _largest_fitting(sizes, modes_k, strategy_k, ckpt_k, cap, evaluate, None)
+    # jobs none of whose candidates fits (nor gives a finite total): again at the point's batch and
+    # sequence length, only those jobs (the others would pick the same candidate again)
+    again = np.flatnonzero(~np.isfinite(first_total))
+    if len(again):
+        retry = replace(sizes.take(again), batch=point.batch[again], seq_len=point.seq_len[again])
+        second = _largest_fitting(retry, modes_k[:, again], strategy_k[:, again], ckpt_k[:, again], cap[again],
+                                  evaluate, again)[0]
+        fields_ = {}
+        for f in fields(Scenario):
+            column = getattr(first, f.name).copy()
+            column[again] = getattr(second, f.name)
+            fields_[f.name] = column
+        return Scenario(**fields_)
+    return first
+
+
+def _largest_fitting(sizes: Scenario, modes_k: np.ndarray, strategy_k: np.ndarray, ckpt_k: np.ndarray,
+                     cap: np.ndarray, evaluate: Callable[..., Mapping[str, np.ndarray]],
+                     rows: np.ndarray | None) -> tuple[Scenario, np.ndarray]:
+    """Per job, the candidate (row of the (k, n) arrays) with the largest total that fits its GPU (the
+    first of equal ones), else the smallest; and the fitting total (-inf where none fits)."""
+    k, n = modes_k.shape
+    totals = np.broadcast_to(evaluate(replace(sizes, mode=modes_k, strategy=strategy_k, ckpt=ckpt_k), rows)["total"],
+                             (k, n))
+    fits = np.where(totals <= cap[None, :], totals, -np.inf)
+    found = np.isfinite(fits).any(axis=0)
+    pick = np.where(found, np.argmax(fits, axis=0), np.argmin(totals, axis=0))
     columns = np.arange(n)
-    for _attempt in range(2):
-        totals = np.broadcast_to(evaluate(replace(sizes, mode=modes_k, strategy=strategy_k, ckpt=ckpt_k))["total"],
-                                 (k, n))
-        fits = np.where(totals <= cap[None, :], totals, -np.inf)
-        pick = np.where(np.isfinite(fits).any(axis=0), np.argmax(fits, axis=0), np.argmin(totals, axis=0))
-        chosen = replace(sizes, mode=modes_k[pick, columns], strategy=strategy_k[pick, columns],
-                         ckpt=ckpt_k[pick, columns])
-        found = np.isfinite(fits).any(axis=0)
-        update = found | (_attempt == 1) | ~np.isfinite(best_total)
-        best = best.where(update, chosen)
-        best_total = np.where(found, fits[pick, columns], best_total)
-        missing = ~np.isfinite(best_total)
-        if not missing.any():
-            break
-        sizes = replace(sizes, batch=np.where(missing, point.batch, sizes.batch),
-                        seq_len=np.where(missing, point.seq_len, sizes.seq_len))
-    return best
+    chosen = replace(sizes, mode=modes_k[pick, columns], strategy=strategy_k[pick, columns],
+                     ckpt=ckpt_k[pick, columns])
+    return chosen, np.where(found, fits[pick, columns], -np.inf)
 
 
 def _assumed(point: Scenario, unknown: Mapping[str, np.ndarray]) -> np.ndarray:
