@@ -190,8 +190,8 @@ def _calibration_tables(activation_bytes: float, checkpoint_bytes: float,
     return a, b, logit_b
 
 
-def _terms(sized: tuple[np.ndarray, ...], num_gpus: np.ndarray, sc: Scenario,
-           cal: MemoryCalibration) -> dict[str, np.ndarray]:
+def _terms(sized: tuple[np.ndarray, ...], num_gpus: np.ndarray, sc: Scenario, cal: MemoryCalibration,
+           only_total: bool = False) -> dict[str, np.ndarray]:
     hidden, layers, full, size, nan = sized
     true16 = _TRUE16[sc.mode]
     opt = np.where(true16 & (sc.optimizer_bytes > _LOW_BIT_OPTIMIZER), sc.optimizer_bytes / 2.0, sc.optimizer_bytes)
@@ -234,6 +234,8 @@ def _terms(sized: tuple[np.ndarray, ...], num_gpus: np.ndarray, sc: Scenario,
     acts = np.where(text, stored * act_scale, vision) + logits
     overhead = cal.context_mib + np.where(num_gpus > 1, NCCL_BUFFERS_MIB, 0.0)
     total = (cal.allocator * (states + acts) + cal.logit_reserve * logits) / MIB + overhead
+    if only_total:
+        return {"total": np.where(nan, np.nan, total)}
     stage = _STAGE[sc.strategy]
     return {
         "states": np.where(nan, np.nan, states / MIB),
@@ -282,8 +284,8 @@ def resolve_jobs(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str, f
 
     def evaluate(sc: Scenario, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
         if rows is None:
-            return _terms(sized, gpus, sc, cal)
-        return _terms(tuple(x[rows] for x in sized), gpus[rows], sc, cal)
+            return _terms(sized, gpus, sc, cal, only_total=True)
+        return _terms(tuple(x[rows] for x in sized), gpus[rows], sc, cal, only_total=True)
 
     point, upper, assumed = resolve_scenarios(jobs, method, gpus, params, cap, evaluate)
     return ResolvedJobs(params=params, method=method, num_gpus=gpus, point=point, upper=upper,

@@ -101,6 +101,11 @@ POINT_VOCAB, UPPER_VOCAB = 64_000.0, 151_936.0
 _UPPER_STRATEGIES = tuple(STRATEGY[s] for s in ("ddp", "zero2", "zero3"))
 _SAVERS = tuple(CKPT[c] for c in ("off", "selective", "full"))
 _UNKNOWN = -1
+#: What ``_assumed`` names, in this order.
+_ASSUMED_KEYS = ("precision_mode", "quantization", "parallel_strategy", "grad_checkpointing", "lora_rank", "optimizer",
+                 "batch_size", "seq_len", "vocab_size")
+_QUANT_NAMES = tuple(QUANT_BYTES)
+_QUANT_LABEL_BYTES = np.array([-2.0 if np.isnan(v) else v for v in QUANT_BYTES.values()])
 
 
 @dataclass(frozen=True)
@@ -141,14 +146,8 @@ class Scenario:
 
 
 def _codes(values: np.ndarray, table: Mapping[str, int]) -> np.ndarray:
-    cache: dict[str, int] = {}
-    out = np.full(len(values), _UNKNOWN, dtype=np.int64)
-    for i, v in enumerate(values):
-        if isinstance(v, str):
-            if v not in cache:
-                cache[v] = table.get(v.lower(), _UNKNOWN)
-            out[i] = cache[v]
-    return out
+    return np.array([table.get(v.lower(), _UNKNOWN) if isinstance(v, str) else _UNKNOWN for v in values.tolist()],
+                    dtype=np.int64).reshape(len(values))
 
 
 def _floats(values: np.ndarray, table: Mapping[str, float]) -> np.ndarray:
@@ -328,35 +327,41 @@ def _largest_fitting(sizes: Scenario, modes_k: np.ndarray, strategy_k: np.ndarra
 
 def _assumed(point: Scenario, unknown: Mapping[str, np.ndarray]) -> np.ndarray:
     """``"key=value; ..."`` of the unknown descriptors' point values, per job ("" when none)."""
-    quant = np.array(list(QUANT_BYTES), dtype=object)
-    quant_bytes = np.array([-2.0 if np.isnan(v) else v for v in QUANT_BYTES.values()])
-    values = {
-        "precision_mode": np.array(PRECISION_MODES, dtype=object)[np.clip(point.mode, 0, None)],
-        "quantization": lambda: quant[np.argmin(np.abs(np.nan_to_num(point.quant_bytes, nan=-2.0)[:, None]
-                                                       - quant_bytes[None, :]), axis=1)],
-        "parallel_strategy": np.array(PARALLEL_STRATEGIES, dtype=object)[np.clip(point.strategy, 0, None)],
-        "grad_checkpointing": np.array(GRAD_CHECKPOINTING, dtype=object)[np.clip(point.ckpt, 0, None)],
-        "lora_rank": point.lora_rank, "optimizer": lambda: np.full(len(point.mode), "adamw", dtype=object),
-        "batch_size": point.batch, "seq_len": point.seq_len, "vocab_size": point.vocab,
-    }
+    names = {"precision_mode": (PRECISION_MODES, point.mode), "parallel_strategy": (PARALLEL_STRATEGIES, point.strategy),
+             "grad_checkpointing": (GRAD_CHECKPOINTING, point.ckpt)}
+    numbers = {"lora_rank": point.lora_rank, "batch_size": point.batch, "seq_len": point.seq_len,
+               "vocab_size": point.vocab}
     parts: list[list[str]] = [[] for _ in range(len(point.mode))]
-    for key, value in values.items():
-        rows = np.flatnonzero(unknown[key]).tolist()
-        if not rows:
+    for key in _ASSUMED_KEYS:
+        rows = np.flatnonzero(unknown[key])
+        if not len(rows):
             continue
-        labels = _labels(value() if callable(value) else value)
+        if key in names:
+            vocabulary, codes = names[key]
+            labels = [vocabulary[c] for c in np.clip(codes[rows], 0, None).tolist()]
+        elif key == "quantization":
+            near = np.abs(np.nan_to_num(point.quant_bytes[rows], nan=-2.0)[:, None] - _QUANT_LABEL_BYTES[None, :])
+            labels = [_QUANT_NAMES[j] for j in np.argmin(near, axis=1).tolist()]
+        elif key == "optimizer":
+            labels = ["adamw"] * len(rows)
+        else:
+            labels = _labels(numbers[key][rows])
         prefix = key + "="
-        for i in rows:
-            parts[i].append(prefix + labels[i])
+        for i, label in zip(rows.tolist(), labels):
+            parts[i].append(prefix + label)
     out = np.empty(len(parts), dtype=object)
     out[:] = ["; ".join(p) for p in parts]
     return out
 
 
-def _labels(values: np.ndarray) -> np.ndarray:
-    """Values as text (integral floats without a decimal point), formatting each distinct value once."""
-    if values.dtype == object:
-        return values.astype(str).astype(object)
-    uniq, inverse = np.unique(values, return_inverse=True)
-    text = np.array([str(int(v)) if np.isfinite(v) and v == int(v) else str(v) for v in uniq], dtype=object)
-    return text[inverse.reshape(-1)]
+def _labels(values: np.ndarray) -> list[str]:
+    """Numbers as text (integral floats without a decimal point), formatting each distinct value once."""
+    cache: dict[float, str] = {}
+    out = []
+    for v in values.tolist():
+        text = cache.get(v)
+        if text is None:
+            x = np.float64(v)
+            text = cache[v] = str(int(x)) if np.isfinite(x) and x == int(x) else str(x)
+        out.append(text)
+    return out
