@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
-from itertools import product
 
 import numpy as np
 import pandas as pd
@@ -244,8 +243,8 @@ def _fit_point(sc: Scenario, unknown: Mapping[str, np.ndarray], cap: np.ndarray,
     strategies = np.stack([sc.strategy, np.where(u_strategy, STRATEGY["zero2"], sc.strategy),
                            np.where(u_strategy, STRATEGY["zero3"], sc.strategy)])
     ckpts = np.stack([sc.ckpt, np.where(u_ckpt, CKPT["full"], sc.ckpt)])
-    totals = np.broadcast_to(evaluate(replace(sc, strategy=np.tile(strategies, (2, 1)),
-                                              ckpt=np.repeat(ckpts, 3, axis=0)))["total"], (6, len(cap)))
+    totals = np.broadcast_to(evaluate(replace(sc, strategy=strategies[None], ckpt=ckpts[:, None]))["total"],
+                             (2, 3, len(cap))).reshape(6, len(cap))
     above = totals > cap
     over, at_strategy, columns = above[0], np.zeros(len(cap), dtype=np.int64), np.arange(len(cap))
     for value in (1, 2):  # zero2, zero3
@@ -277,27 +276,22 @@ def _upper(base: Scenario, unknown: Mapping[str, np.ndarray], kind: np.ndarray, 
     fp16 = kind == "fp16"
     mixed = np.where(fp16, MODE["fp16-mixed"], MODE["bf16-mixed"])
     modes = (np.where(kind == "", MODE["fp32"], mixed), mixed, np.where(fp16, MODE["fp16-true"], MODE["bf16-true"]))
-    grid = list(product(range(len(modes)), _UPPER_STRATEGIES, _SAVERS))
-    if not unknown["precision_mode"].any():
-        grid = [g for g in grid if g[0] == 0]
-    if not unknown["parallel_strategy"].any():
-        grid = [g for g in grid if g[1] == _UPPER_STRATEGIES[0]]
-    if not unknown["grad_checkpointing"].any():
-        grid = [g for g in grid if g[2] == _SAVERS[0]]
-    n, k = len(cap), len(grid)
-    # every combination at once, broadcast: row j of the (k, n) mode / strategy / checkpointing arrays
-    # is combination j (the other fields, shape (n,), are the same in all)
-    m_idx, st_k, c_k = (np.array(v, dtype=np.int64) for v in zip(*grid))
-    modes_k = np.where(unknown["precision_mode"], np.stack(modes)[m_idx], base.mode)
-    strategy_k = np.where(unknown["parallel_strategy"], st_k[:, None], base.strategy)
-    ckpt_k = np.where(unknown["grad_checkpointing"], c_k[:, None], base.ckpt)
-    first, first_total = _largest_fitting(sizes, modes_k, strategy_k, ckpt_k, cap, evaluate, None)
+    # the candidates: every combination of the unknown mode, strategy and checkpointing (the first
+    # value only of one no job leaves unknown), evaluated at once by broadcasting: the terms of
+    # shape (modes, strategies, checkpointing, n) are candidates in ``product`` order
+    m_dim = range(len(modes)) if unknown["precision_mode"].any() else range(1)
+    s_dim = _UPPER_STRATEGIES if unknown["parallel_strategy"].any() else _UPPER_STRATEGIES[:1]
+    c_dim = _SAVERS if unknown["grad_checkpointing"].any() else _SAVERS[:1]
+    modes_c = np.where(unknown["precision_mode"], np.stack(modes)[list(m_dim)], base.mode)
+    strategies_c = np.where(unknown["parallel_strategy"], np.array(s_dim, dtype=np.int64)[:, None], base.strategy)
+    ckpts_c = np.where(unknown["grad_checkpointing"], np.array(c_dim, dtype=np.int64)[:, None], base.ckpt)
+    first, first_total = _largest_fitting(sizes, modes_c, strategies_c, ckpts_c, cap, evaluate, None)
     # jobs none of whose candidates fits (nor gives a finite total): again at the point's batch and
     # sequence length, only those jobs (the others would pick the same candidate again)
     again = np.flatnonzero(~np.isfinite(first_total))
     if len(again):
         retry = replace(sizes.take(again), batch=point.batch[again], seq_len=point.seq_len[again])
-        second = _largest_fitting(retry, modes_k[:, again], strategy_k[:, again], ckpt_k[:, again], cap[again],
+        second = _largest_fitting(retry, modes_c[:, again], strategies_c[:, again], ckpts_c[:, again], cap[again],
                                   evaluate, again)[0]
         fields_ = {}
         for f in fields(Scenario):
@@ -308,20 +302,22 @@ def _upper(base: Scenario, unknown: Mapping[str, np.ndarray], kind: np.ndarray, 
     return first
 
 
-def _largest_fitting(sizes: Scenario, modes_k: np.ndarray, strategy_k: np.ndarray, ckpt_k: np.ndarray,
+def _largest_fitting(sizes: Scenario, modes_c: np.ndarray, strategies_c: np.ndarray, ckpts_c: np.ndarray,
                      cap: np.ndarray, evaluate: Callable[..., Mapping[str, np.ndarray]],
                      rows: np.ndarray | None) -> tuple[Scenario, np.ndarray]:
-    """Per job, the candidate (row of the (k, n) arrays) with the largest total that fits its GPU (the
-    first of equal ones), else the smallest; and the fitting total (-inf where none fits)."""
-    k, n = modes_k.shape
-    totals = np.broadcast_to(evaluate(replace(sizes, mode=modes_k, strategy=strategy_k, ckpt=ckpt_k), rows)["total"],
-                             (k, n))
+    """Per job, the candidate with the largest total that fits its GPU (the first of equal ones, in
+    ``product`` order of the rows of ``modes_c``, ``strategies_c``, ``ckpts_c``), else the smallest;
+    and that fitting total (-inf where none fits)."""
+    shape = (len(modes_c), len(strategies_c), len(ckpts_c), len(cap))
+    sc = replace(sizes, mode=modes_c[:, None, None, :], strategy=strategies_c[None, :, None, :],
+                 ckpt=ckpts_c[None, None, :, :])
+    totals = np.broadcast_to(evaluate(sc, rows)["total"], shape).reshape(-1, len(cap))
     fits = np.where(totals <= cap[None, :], totals, -np.inf)
     found = np.isfinite(fits).any(axis=0)
     pick = np.where(found, np.argmax(fits, axis=0), np.argmin(totals, axis=0))
-    columns = np.arange(n)
-    chosen = replace(sizes, mode=modes_k[pick, columns], strategy=strategy_k[pick, columns],
-                     ckpt=ckpt_k[pick, columns])
+    columns = np.arange(len(cap))
+    m, s, c = np.unravel_index(pick, shape[:3])
+    chosen = replace(sizes, mode=modes_c[m, columns], strategy=strategies_c[s, columns], ckpt=ckpts_c[c, columns])
     return chosen, np.where(found, fits[pick, columns], -np.inf)
 
 
