@@ -100,6 +100,10 @@ POINT_VOCAB, UPPER_VOCAB = 64_000.0, 151_936.0
 _UPPER_STRATEGIES = tuple(STRATEGY[s] for s in ("ddp", "zero2", "zero3"))
 _SAVERS = tuple(CKPT[c] for c in ("off", "selective", "full"))
 _UNKNOWN = -1
+#: The ``precision`` values the scenarios read, as codes (0: any other, or none).
+_PRECISION = {p: i for i, p in enumerate(("", "bf16", "fp16", "fp32", "tf32", "fp8", "int8", "int4"))}
+_BF16, _FP16, _FP32 = _PRECISION["bf16"], _PRECISION["fp16"], _PRECISION["fp32"]
+_QUANT_CODES = {k: (-2.0 if np.isnan(v) else v) for k, v in QUANT_BYTES.items()}
 #: What ``_assumed`` names, in this order.
 _ASSUMED_KEYS = ("precision_mode", "quantization", "parallel_strategy", "grad_checkpointing", "lora_rank", "optimizer",
                  "batch_size", "seq_len", "vocab_size")
@@ -149,13 +153,8 @@ def _codes(values: np.ndarray, table: Mapping[str, int]) -> np.ndarray:
                     dtype=np.int64).reshape(len(values))
 
 
-def _floats(values: np.ndarray, table: Mapping[str, float]) -> np.ndarray:
-    return np.fromiter((table.get(v.lower(), -1.0) if isinstance(v, str) else -1.0 for v in values), "float64",
-                       len(values))
-
-
-def _lower(values: np.ndarray) -> np.ndarray:
-    return np.array([v.lower() if isinstance(v, str) else None for v in values], dtype=object)
+def _lower(values: np.ndarray) -> list[str | None]:
+    return [v.lower() if isinstance(v, str) else None for v in values.tolist()]
 
 
 def resolve_scenarios(
@@ -168,14 +167,15 @@ def resolve_scenarios(
 ) -> tuple[Scenario, Scenario, np.ndarray]:
     """The point and upper scenarios of every job, and what the point assumed (module docstring).
 
-    ``evaluate(scenario)`` maps a scenario to the estimate's terms (its ``total`` in MiB is read); the
-    upper scenario's candidates come as one scenario whose mode, strategy and checkpointing have shape
-    (k, n) (candidate, job), the other fields (n,), and its terms broadcast to (k, n).
+    ``evaluate(scenario, rows=None)`` maps a scenario to the estimate's terms (its ``total`` in MiB
+    is read) of the jobs at ``rows`` (all by default); several candidates of every job come as one
+    scenario whose fields broadcast (mode, strategy and checkpointing of shape (..., n), the others
+    (n,)), and so do its terms.
     """
     mode = _codes(object_column(jobs, "precision_mode"), MODE)
-    precision = _lower(object_column(jobs, "precision"))
-    quant = _floats(object_column(jobs, "quantization"), {k: (-2.0 if np.isnan(v) else v)
-                                                           for k, v in QUANT_BYTES.items()})
+    precision = np.array([_PRECISION.get(v, 0) for v in _lower(object_column(jobs, "precision"))], dtype=np.int64)
+    quant_names = _lower(object_column(jobs, "quantization"))
+    quant = np.array([_QUANT_CODES.get(v, -1.0) for v in quant_names], dtype=np.float64).reshape(len(quant_names))
     strategy = _codes(object_column(jobs, "parallel_strategy"), STRATEGY)
     ckpt = _codes(object_column(jobs, "grad_checkpointing"), CKPT)
     loss = _codes(object_column(jobs, "loss_implementation"), LOSS)
@@ -190,22 +190,25 @@ def resolve_scenarios(
     trainable = numeric_column(jobs, "trainable_params")
     large = params >= 1e9
     # a legacy precision of int8/int4 names the frozen weights' storage, training in bf16
-    legacy = (precision == "int8") | (precision == "int4")
-    quant = np.where((quant == -1.0) & legacy, np.where(precision == "int8", 1.0, QUANT_BYTES["int4"]), quant)
-    kind = np.where((precision == "bf16") | (precision == "fp16"), precision, np.where(legacy, "bf16", ""))
-    mode = np.where((mode == _UNKNOWN) & ((precision == "fp32") | (precision == "tf32")), MODE["fp32"], mode)
-    mode = np.where((mode == _UNKNOWN) & (precision == "fp8"), MODE["fp8"], mode)
-    unknown = {"precision_mode": mode == _UNKNOWN, "quantization": (quant == -1.0) & (method != "full"), "grad_checkpointing": ckpt == _UNKNOWN,
+    int8 = precision == _PRECISION["int8"]
+    legacy = int8 | (precision == _PRECISION["int4"])
+    quant = np.where((quant == -1.0) & legacy, np.where(int8, 1.0, QUANT_BYTES["int4"]), quant)
+    # the 16-bit type a precision names (a code of _PRECISION; 0: none)
+    kind = np.where((precision == _BF16) | (precision == _FP16), precision, np.where(legacy, _BF16, 0))
+    mode = np.where((mode == _UNKNOWN) & ((precision == _FP32) | (precision == _PRECISION["tf32"])), MODE["fp32"], mode)
+    mode = np.where((mode == _UNKNOWN) & (precision == _PRECISION["fp8"]), MODE["fp8"], mode)
+    lora = method != "full"
+    unknown = {"precision_mode": mode == _UNKNOWN, "quantization": (quant == -1.0) & lora, "grad_checkpointing": ckpt == _UNKNOWN,
                "parallel_strategy": (strategy == _UNKNOWN) & (gpus > 1),
-               "lora_rank": ~(rank > 0) & ~(trainable > 0) & (method != "full"), "optimizer": optimizer < 0,
+               "lora_rank": ~(rank > 0) & ~(trainable > 0) & lora, "optimizer": optimizer < 0,
                "batch_size": ~(batch > 0), "seq_len": ~(seq > 0) & ~(image > 0) & large,
                "vocab_size": ~(vocab > 0) & ~(image > 0)}
     qlora = method == "qlora"
     # bitsandbytes bases (nf4 / fp4 / int8; an unknown qlora quantisation is nf4): what PEFT's
     # ``prepare_model_for_kbit_training`` upcasts (BNB_QUANTIZATIONS)
-    bnb = np.isin(_lower(object_column(jobs, "quantization")), BNB_QUANTIZATIONS) | (
-        (quant == 1.0) & (precision == "int8")) | (unknown["quantization"] & qlora)
-    bnb &= method != "full"
+    bnb = np.array([v in BNB_QUANTIZATIONS for v in quant_names], dtype=bool).reshape(len(quant_names)) | (
+        (quant == 1.0) & int8) | (unknown["quantization"] & qlora)
+    bnb &= lora
     base = Scenario(
         mode=mode,
         quant_bytes=np.where(quant >= 0, quant, np.where(unknown["quantization"] & qlora, QUANT_BYTES["nf4"], np.nan)),
@@ -221,9 +224,9 @@ def resolve_scenarios(
         kbit_fp32=bnb,
     )
     sharded = base.strategy != STRATEGY["ddp"]
-    k = np.where(kind == "", np.where(large, "bf16", "fp32"), kind)
-    full_sharded = (method == "full") & sharded
-    likely = np.select([k == "fp32", k == "fp16", full_sharded], [MODE["fp32"], MODE["fp16-mixed"], MODE["bf16-mixed"]],
+    k = np.where(kind == 0, np.where(large, _BF16, _FP32), kind)
+    full_sharded = ~lora & sharded
+    likely = np.select([k == _FP32, k == _FP16, full_sharded], [MODE["fp32"], MODE["fp16-mixed"], MODE["bf16-mixed"]],
                        MODE["bf16-true"])
     point = replace(base, mode=np.where(unknown["precision_mode"], likely, mode),
                     ckpt=np.where(unknown["grad_checkpointing"] & large, CKPT["full"], base.ckpt))
@@ -273,9 +276,9 @@ def _upper(base: Scenario, unknown: Mapping[str, np.ndarray], kind: np.ndarray, 
         seq_len=np.where(unknown["seq_len"], UPPER_VALUES["seq_len"], base.seq_len),
         vocab=np.where(unknown["vocab_size"], UPPER_VOCAB, base.vocab),
     )
-    fp16 = kind == "fp16"
+    fp16 = kind == _FP16
     mixed = np.where(fp16, MODE["fp16-mixed"], MODE["bf16-mixed"])
-    modes = (np.where(kind == "", MODE["fp32"], mixed), mixed, np.where(fp16, MODE["fp16-true"], MODE["bf16-true"]))
+    modes = (np.where(kind == 0, MODE["fp32"], mixed), mixed, np.where(fp16, MODE["fp16-true"], MODE["bf16-true"]))
     # the candidates: every combination of the unknown mode, strategy and checkpointing (the first
     # value only of one no job leaves unknown), evaluated at once by broadcasting: the terms of
     # shape (modes, strategies, checkpointing, n) are candidates in ``product`` order
