@@ -118,7 +118,7 @@ KBIT_LOGIT_EXTRA_BYTES = 2.0
 
 #: Up to this many jobs ``analytic_memory`` computes row by row in Python floats
 #: (``models.memory_scalar``, the same results); above, vectorised.
-SCALAR_ROWS = 8
+SCALAR_ROWS = 24
 
 _LOW_BIT_OPTIMIZER = 2.5  # at or below this many bytes the optimizer state is quantised, not in the param dtype
 

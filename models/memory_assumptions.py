@@ -314,7 +314,7 @@ def _largest_fitting(sizes: Scenario, modes_c: np.ndarray, strategies_c: np.ndar
     shape = (len(modes_c), len(strategies_c), len(ckpts_c), len(cap))
     sc = replace(sizes, mode=modes_c[:, None, None, :], strategy=strategies_c[None, :, None, :],
                  ckpt=ckpts_c[None, None, :, :])
-    totals = np.broadcast_to(evaluate(sc, rows)["total"], shape).reshape(-1, len(cap))
+    totals = np.broadcast_to(evaluate(sc, rows)["total"], shape).reshape(shape[0] * shape[1] * shape[2], len(cap))
     fits = np.where(totals <= cap[None, :], totals, -np.inf)
     found = np.isfinite(fits).any(axis=0)
     pick = np.where(found, np.argmax(fits, axis=0), np.argmin(totals, axis=0))
