@@ -346,7 +346,7 @@ def _assumed(point: Scenario, unknown: Mapping[str, np.ndarray]) -> np.ndarray:
         else:
             labels = _labels(numbers[key][rows])
         prefix = key + "="
-        for i, label in zip(rows.tolist(), labels):
+        for i, label in zip(rows.tolist(), labels, strict=True):
             parts[i].append(prefix + label)
     out = np.empty(len(parts), dtype=object)
     out[:] = ["; ".join(p) for p in parts]

@@ -270,12 +270,8 @@ def scalar_memory(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str, 
     cal = calibration
     table = ma.GPU_MEMORY_MIB if gpu_memory_mib is None else gpu_memory_mib
     largest = float(max(table.values(), default=np.inf))
-    act_a, act_b = np.zeros(len(_CKPT)), np.zeros(len(_CKPT))
-    act_a[_CKPT["off"]], act_a[_CKPT["selective"]] = cal.activation_bytes, ma.SELECTIVE_SHARE * cal.activation_bytes
-    act_a[_CKPT["full"]], act_b[_CKPT["full"]] = cal.checkpoint_bytes, cal.activation_bytes
-    logit_b = np.zeros(len(_LOSS))
-    logit_b[_LOSS["standard"]], logit_b[_LOSS["chunked"]] = cal.logit_bytes, ma.CHUNKED_LOGIT_BYTES
-    consts = (act_a.tolist(), act_b.tolist(), logit_b.tolist())
+    consts = tuple(t.tolist() for t in ma._calibration_tables(cal.activation_bytes, cal.checkpoint_bytes,
+                                                               cal.logit_bytes))
     exp_margins = tuple(np.exp(np.array(cal.upper_margins, dtype=np.float64)).tolist())
     obj = [object_column(jobs, c).tolist() for c in _OBJECT]
     params, gpus, *num = [numeric_column(jobs, c).tolist() for c in _NUMERIC]
@@ -285,15 +281,15 @@ def scalar_memory(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str, 
     sized = [i for i, p in enumerate(params) if p > 0]
     hidden = np.cbrt(np.array([100.0 * _fin(params[i], 1.0) / 12.0 for i in sized], dtype=np.float64)).tolist()
     rows = [_NAN_ROW] * len(params)
-    for i, h in zip(sized, hidden):
+    for i, h in zip(sized, hidden, strict=True):
         row = _Row()
         row.hidden, row.layers, row.size, row.cal = h, h / 100.0, _fin(params[i], 0.0), cal
         row.act_a, row.act_b, row.logit_b = consts
         c = known_cap[i]
         rows[i] = _one(row, params[i], method[i], gpus[i], largest if c != c else c, c, *(col[i] for col in obj[2:]),
                        *(col[i] for col in num), exp_margins)
-    states, acts, logits, overhead, total, upper, stage, assumed = (list(col) for col in zip(*rows))
+    states, acts, logits, overhead, total, upper, stage, assumed = list(zip(*rows, strict=True)) or [()] * 8
     f8 = np.float64
     return ma.MemoryParts(states=np.array(states, f8), activations=np.array(acts, f8), logits=np.array(logits, f8),
                           overhead=np.array(overhead, f8), total=np.array(total, f8), upper=np.array(upper, f8),
-                          zero_stage=np.array(stage, f8), assumed=np.array(assumed, dtype=object))
+                          zero_stage=np.array(stage, f8), assumed=np.array(assumed, dtype=object).reshape(len(rows)))

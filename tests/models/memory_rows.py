@@ -10,7 +10,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from features.memory_descriptors import GRAD_CHECKPOINTING, LOSS_IMPLEMENTATIONS, PARALLEL_STRATEGIES, PRECISION_MODES
+from features.memory_descriptors import (
+    GRAD_CHECKPOINTING,
+    LOSS_IMPLEMENTATIONS,
+    PARALLEL_STRATEGIES,
+    PRECISION_MODES,
+)
 from features.synth import generate
 from models.memory_measured import read_measured_folder
 

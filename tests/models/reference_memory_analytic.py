@@ -74,8 +74,8 @@ import numpy as np
 import pandas as pd
 
 from features.job_keys import JobColumns, numeric_column, object_column
-from tests.models.reference_memory_assumptions import CKPT, LOSS, MODE, STRATEGY, Scenario, resolve_scenarios
 from models.memory_calibration import MemoryCalibration, shipped_calibration
+from tests.models.reference_memory_assumptions import CKPT, LOSS, MODE, STRATEGY, Scenario, resolve_scenarios
 
 __all__ = [
     "GPU_MEMORY_MIB",

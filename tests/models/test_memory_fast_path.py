@@ -132,6 +132,7 @@ def test_resolved_jobs_equal_the_reference(varied: pd.DataFrame, cal: str) -> No
 def test_no_rows() -> None:
     empty = random_rows(0, seed=1)
     assert_same_parts(new(empty), reference(empty))
+    assert_same_parts(scalar_memory(empty, None, shipped_calibration()), reference(empty))
     assert_same_parts(new(pd.DataFrame(index=range(3))), reference(pd.DataFrame(index=range(3))))
 
 
