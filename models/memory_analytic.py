@@ -64,7 +64,8 @@ public projects, shipped in ``models/calibration/``). Jobs without ``model_param
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -89,6 +90,7 @@ __all__ = [
     "upper_bound",
     "cap_upper",
     "analytic_memory",
+    "SCALAR_ROWS",
 ]
 
 MIB = float(2**20)
@@ -113,6 +115,10 @@ LORA_PARAMS_PER_RANK_HIDDEN_LAYER = 19.0
 #: Bytes more per logit when the output layer is fp32 (``models.memory_assumptions.BNB_QUANTIZATIONS``):
 #: the logits themselves are fp32 instead of 16-bit.
 KBIT_LOGIT_EXTRA_BYTES = 2.0
+
+#: Up to this many jobs ``analytic_memory`` computes row by row in Python floats
+#: (``models.memory_scalar``, the same results); above, vectorised.
+SCALAR_ROWS = 24
 
 _LOW_BIT_OPTIMIZER = 2.5  # at or below this many bytes the optimizer state is quantised, not in the param dtype
 
@@ -159,13 +165,37 @@ def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, s
     Returns ``states``, ``activations`` (logits included), ``logits``, ``overhead``, ``total`` (MiB;
     allocator factor and overhead applied) and ``zero_stage``, arrays of shape (n,); NaN without a size.
     """
+    return _terms(_sized(params, method), num_gpus, sc, cal)
+
+
+def _sized(params: np.ndarray, method: np.ndarray) -> tuple[np.ndarray, ...]:
+    """What ``memory_terms`` derives from the size and method alone (no scenario changes it)."""
     p = np.where(params > 0, params, np.nan)
     hidden, layers = transformer_shape(np.nan_to_num(p, nan=1.0))
+    return hidden, layers, method == "full", np.nan_to_num(p, nan=0.0), np.isnan(p)
+
+
+@lru_cache(maxsize=16)
+def _calibration_tables(activation_bytes: float, checkpoint_bytes: float,
+                        logit_bytes: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lookup arrays of a calibration: stored activations per token and hidden unit ``a * layers + b``
+    by checkpointing code (off, selective, full), and bytes per logit by loss code."""
+    a, b = np.zeros(len(CKPT)), np.zeros(len(CKPT))
+    a[CKPT["off"]], a[CKPT["selective"]] = activation_bytes, SELECTIVE_SHARE * activation_bytes
+    a[CKPT["full"]], b[CKPT["full"]] = checkpoint_bytes, activation_bytes  # inputs kept, one layer redone
+    logit_b = np.zeros(len(LOSS))
+    logit_b[LOSS["standard"]], logit_b[LOSS["chunked"]] = logit_bytes, CHUNKED_LOGIT_BYTES
+    for table in (a, b, logit_b):
+        table.flags.writeable = False
+    return a, b, logit_b
+
+
+def _terms(sized: tuple[np.ndarray, ...], num_gpus: np.ndarray, sc: Scenario, cal: MemoryCalibration,
+           only_total: bool = False) -> dict[str, np.ndarray]:
+    hidden, layers, full, size, nan = sized
     true16 = _TRUE16[sc.mode]
     opt = np.where(true16 & (sc.optimizer_bytes > _LOW_BIT_OPTIMIZER), sc.optimizer_bytes / 2.0, sc.optimizer_bytes)
     weight_b, master_b, adapter_b = _WEIGHT_B[sc.mode], _MASTER_B[sc.mode], _ADAPTER_B[sc.mode]
-    full = method == "full"
-    size = np.nan_to_num(p, nan=0.0)
     known = sc.trainable > 0
     emb = np.minimum(2.0 * sc.vocab * hidden, 0.5 * size)
     trained = np.where(full, np.where(known, np.minimum(sc.trainable, size), size), 0.0)
@@ -194,23 +224,19 @@ def memory_terms(params: np.ndarray, method: np.ndarray, num_gpus: np.ndarray, s
         sc.context_parallel, 1.0)
     act_scale = _ACT_SCALE[sc.mode] / split
     tokens = sc.batch * sc.seq_len
-    # stored activations per token and hidden unit: a * layers + b, by checkpointing (off, selective, full)
-    a, b = np.zeros(len(CKPT)), np.zeros(len(CKPT))
-    a[CKPT["off"]], a[CKPT["selective"]] = cal.activation_bytes, SELECTIVE_SHARE * cal.activation_bytes
-    a[CKPT["full"]], b[CKPT["full"]] = cal.checkpoint_bytes, cal.activation_bytes  # inputs kept, one layer redone
+    a, b, logit_b = _calibration_tables(cal.activation_bytes, cal.checkpoint_bytes, cal.logit_bytes)
     stored = tokens * hidden * (a[sc.ckpt] * layers + b[sc.ckpt])
     text = sc.seq_len > 0
     vision = sc.batch * cal.image_sample_mib * MIB * (sc.image_size / 224.0) ** 2 * act_scale
-    logit_b = np.zeros(len(LOSS))
-    logit_b[LOSS["standard"]], logit_b[LOSS["chunked"]] = cal.logit_bytes, CHUNKED_LOGIT_BYTES
     # an fp32 output layer (a bitsandbytes base, above) gives fp32 logits: 2 more bytes each where they are kept
     logit_b = logit_b[sc.loss] + np.where((sc.loss == LOSS["standard"]) & kbit & (weight_b < 4.0), KBIT_LOGIT_EXTRA_BYTES, 0.0)
     logits = np.where(text, tokens * sc.vocab * logit_b / split, 0.0)
     acts = np.where(text, stored * act_scale, vision) + logits
     overhead = cal.context_mib + np.where(num_gpus > 1, NCCL_BUFFERS_MIB, 0.0)
     total = (cal.allocator * (states + acts) + cal.logit_reserve * logits) / MIB + overhead
+    if only_total:
+        return {"total": np.where(nan, np.nan, total)}
     stage = _STAGE[sc.strategy]
-    nan = np.isnan(p)
     return {
         "states": np.where(nan, np.nan, states / MIB),
         "activations": np.where(nan, np.nan, acts / MIB),
@@ -254,10 +280,12 @@ def resolve_jobs(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str, f
     known_cap = cap
     cap = np.where(np.isnan(cap), largest, cap)
 
-    def evaluate(sc: Scenario, k: int = 1) -> dict[str, np.ndarray]:
-        if k == 1:
-            return memory_terms(params, method, gpus, sc, cal)
-        return memory_terms(np.tile(params, k), np.tile(method, k), np.tile(gpus, k), sc, cal)
+    sized = _sized(params, method)
+
+    def evaluate(sc: Scenario, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        if rows is None:
+            return _terms(sized, gpus, sc, cal, only_total=True)
+        return _terms(tuple(x[rows] for x in sized), gpus[rows], sc, cal, only_total=True)
 
     point, upper, assumed = resolve_scenarios(jobs, method, gpus, params, cap, evaluate)
     return ResolvedJobs(params=params, method=method, num_gpus=gpus, point=point, upper=upper,
@@ -306,7 +334,11 @@ def upper_bound(point: Mapping[str, np.ndarray], upper: Mapping[str, np.ndarray]
 
 def parts_from(resolved: ResolvedJobs, cal: MemoryCalibration) -> MemoryParts:
     """``MemoryParts`` of resolved jobs under a calibration."""
-    terms, high = resolved.terms("point", cal), resolved.terms("upper", cal)
+    # both scenarios in one evaluation: fields of shape (2, n), point then upper
+    point, up = resolved.point, resolved.upper
+    both = Scenario(**{f.name: np.stack([getattr(point, f.name), getattr(up, f.name)]) for f in fields(Scenario)})
+    pair = _terms(_sized(resolved.params, resolved.method), resolved.num_gpus, both, cal)
+    terms, high = ({k: v if v.ndim == 1 else v[i] for k, v in pair.items()} for i in (0, 1))  # overhead: (n,)
     upper = cap_upper(upper_bound(terms, high, resolved.assumed != "", cal), terms["total"], resolved.cap_mib)
     return MemoryParts(states=terms["states"], activations=terms["activations"], logits=terms["logits"],
                        overhead=terms["overhead"], total=terms["total"], upper=upper, zero_stage=terms["zero_stage"],
@@ -337,4 +369,8 @@ def analytic_memory(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str
         NaN (and ``assumed`` "") where ``model_params`` is unknown.
     """
     cal = shipped_calibration() if calibration is None else calibration
+    if 0 < len(jobs) <= SCALAR_ROWS:
+        from models.memory_scalar import scalar_memory  # imports this module
+
+        return scalar_memory(jobs, gpu_memory_mib, cal)
     return parts_from(resolve_jobs(jobs, gpu_memory_mib, calibration=cal), cal)

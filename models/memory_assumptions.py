@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
-from itertools import product
 
 import numpy as np
 import pandas as pd
@@ -101,6 +100,15 @@ POINT_VOCAB, UPPER_VOCAB = 64_000.0, 151_936.0
 _UPPER_STRATEGIES = tuple(STRATEGY[s] for s in ("ddp", "zero2", "zero3"))
 _SAVERS = tuple(CKPT[c] for c in ("off", "selective", "full"))
 _UNKNOWN = -1
+#: The ``precision`` values the scenarios read, as codes (0: any other, or none).
+_PRECISION = {p: i for i, p in enumerate(("", "bf16", "fp16", "fp32", "tf32", "fp8", "int8", "int4"))}
+_BF16, _FP16, _FP32 = _PRECISION["bf16"], _PRECISION["fp16"], _PRECISION["fp32"]
+_QUANT_CODES = {k: (-2.0 if np.isnan(v) else v) for k, v in QUANT_BYTES.items()}
+#: What ``_assumed`` names, in this order.
+_ASSUMED_KEYS = ("precision_mode", "quantization", "parallel_strategy", "grad_checkpointing", "lora_rank", "optimizer",
+                 "batch_size", "seq_len", "vocab_size")
+_QUANT_NAMES = tuple(QUANT_BYTES)
+_QUANT_LABEL_BYTES = np.array([-2.0 if np.isnan(v) else v for v in QUANT_BYTES.values()])
 
 
 @dataclass(frozen=True)
@@ -141,23 +149,12 @@ class Scenario:
 
 
 def _codes(values: np.ndarray, table: Mapping[str, int]) -> np.ndarray:
-    cache: dict[str, int] = {}
-    out = np.full(len(values), _UNKNOWN, dtype=np.int64)
-    for i, v in enumerate(values):
-        if isinstance(v, str):
-            if v not in cache:
-                cache[v] = table.get(v.lower(), _UNKNOWN)
-            out[i] = cache[v]
-    return out
+    return np.array([table.get(v.lower(), _UNKNOWN) if isinstance(v, str) else _UNKNOWN for v in values.tolist()],
+                    dtype=np.int64).reshape(len(values))
 
 
-def _floats(values: np.ndarray, table: Mapping[str, float]) -> np.ndarray:
-    return np.fromiter((table.get(v.lower(), -1.0) if isinstance(v, str) else -1.0 for v in values), "float64",
-                       len(values))
-
-
-def _lower(values: np.ndarray) -> np.ndarray:
-    return np.array([v.lower() if isinstance(v, str) else None for v in values], dtype=object)
+def _lower(values: np.ndarray) -> list[str | None]:
+    return [v.lower() if isinstance(v, str) else None for v in values.tolist()]
 
 
 def resolve_scenarios(
@@ -170,13 +167,15 @@ def resolve_scenarios(
 ) -> tuple[Scenario, Scenario, np.ndarray]:
     """The point and upper scenarios of every job, and what the point assumed (module docstring).
 
-    ``evaluate(scenario, k)`` maps a scenario to the estimate's terms (its ``total`` in MiB is read);
-    ``k`` > 1 means the scenario holds ``k`` variants of every job end to end (``Scenario.tile``).
+    ``evaluate(scenario, rows=None)`` maps a scenario to the estimate's terms (its ``total`` in MiB
+    is read) of the jobs at ``rows`` (all by default); several candidates of every job come as one
+    scenario whose fields broadcast (mode, strategy and checkpointing of shape (..., n), the others
+    (n,)), and so do its terms.
     """
     mode = _codes(object_column(jobs, "precision_mode"), MODE)
-    precision = _lower(object_column(jobs, "precision"))
-    quant = _floats(object_column(jobs, "quantization"), {k: (-2.0 if np.isnan(v) else v)
-                                                           for k, v in QUANT_BYTES.items()})
+    precision = np.array([_PRECISION.get(v, 0) for v in _lower(object_column(jobs, "precision"))], dtype=np.int64)
+    quant_names = _lower(object_column(jobs, "quantization"))
+    quant = np.array([_QUANT_CODES.get(v, -1.0) for v in quant_names], dtype=np.float64).reshape(len(quant_names))
     strategy = _codes(object_column(jobs, "parallel_strategy"), STRATEGY)
     ckpt = _codes(object_column(jobs, "grad_checkpointing"), CKPT)
     loss = _codes(object_column(jobs, "loss_implementation"), LOSS)
@@ -191,22 +190,25 @@ def resolve_scenarios(
     trainable = numeric_column(jobs, "trainable_params")
     large = params >= 1e9
     # a legacy precision of int8/int4 names the frozen weights' storage, training in bf16
-    legacy = (precision == "int8") | (precision == "int4")
-    quant = np.where((quant == -1.0) & legacy, np.where(precision == "int8", 1.0, QUANT_BYTES["int4"]), quant)
-    kind = np.where((precision == "bf16") | (precision == "fp16"), precision, np.where(legacy, "bf16", ""))
-    mode = np.where((mode == _UNKNOWN) & ((precision == "fp32") | (precision == "tf32")), MODE["fp32"], mode)
-    mode = np.where((mode == _UNKNOWN) & (precision == "fp8"), MODE["fp8"], mode)
-    unknown = {"precision_mode": mode == _UNKNOWN, "quantization": (quant == -1.0) & (method != "full"), "grad_checkpointing": ckpt == _UNKNOWN,
+    int8 = precision == _PRECISION["int8"]
+    legacy = int8 | (precision == _PRECISION["int4"])
+    quant = np.where((quant == -1.0) & legacy, np.where(int8, 1.0, QUANT_BYTES["int4"]), quant)
+    # the 16-bit type a precision names (a code of _PRECISION; 0: none)
+    kind = np.where((precision == _BF16) | (precision == _FP16), precision, np.where(legacy, _BF16, 0))
+    mode = np.where((mode == _UNKNOWN) & ((precision == _FP32) | (precision == _PRECISION["tf32"])), MODE["fp32"], mode)
+    mode = np.where((mode == _UNKNOWN) & (precision == _PRECISION["fp8"]), MODE["fp8"], mode)
+    lora = method != "full"
+    unknown = {"precision_mode": mode == _UNKNOWN, "quantization": (quant == -1.0) & lora, "grad_checkpointing": ckpt == _UNKNOWN,
                "parallel_strategy": (strategy == _UNKNOWN) & (gpus > 1),
-               "lora_rank": ~(rank > 0) & ~(trainable > 0) & (method != "full"), "optimizer": optimizer < 0,
+               "lora_rank": ~(rank > 0) & ~(trainable > 0) & lora, "optimizer": optimizer < 0,
                "batch_size": ~(batch > 0), "seq_len": ~(seq > 0) & ~(image > 0) & large,
                "vocab_size": ~(vocab > 0) & ~(image > 0)}
     qlora = method == "qlora"
     # bitsandbytes bases (nf4 / fp4 / int8; an unknown qlora quantisation is nf4): what PEFT's
     # ``prepare_model_for_kbit_training`` upcasts (BNB_QUANTIZATIONS)
-    bnb = np.isin(_lower(object_column(jobs, "quantization")), BNB_QUANTIZATIONS) | (
-        (quant == 1.0) & (precision == "int8")) | (unknown["quantization"] & qlora)
-    bnb &= method != "full"
+    bnb = np.array([v in BNB_QUANTIZATIONS for v in quant_names], dtype=bool).reshape(len(quant_names)) | (
+        (quant == 1.0) & int8) | (unknown["quantization"] & qlora)
+    bnb &= lora
     base = Scenario(
         mode=mode,
         quant_bytes=np.where(quant >= 0, quant, np.where(unknown["quantization"] & qlora, QUANT_BYTES["nf4"], np.nan)),
@@ -222,9 +224,9 @@ def resolve_scenarios(
         kbit_fp32=bnb,
     )
     sharded = base.strategy != STRATEGY["ddp"]
-    k = np.where(kind == "", np.where(large, "bf16", "fp32"), kind)
-    full_sharded = (method == "full") & sharded
-    likely = np.select([k == "fp32", k == "fp16", full_sharded], [MODE["fp32"], MODE["fp16-mixed"], MODE["bf16-mixed"]],
+    k = np.where(kind == 0, np.where(large, _BF16, _FP32), kind)
+    full_sharded = ~lora & sharded
+    likely = np.select([k == _FP32, k == _FP16, full_sharded], [MODE["fp32"], MODE["fp16-mixed"], MODE["bf16-mixed"]],
                        MODE["bf16-true"])
     point = replace(base, mode=np.where(unknown["precision_mode"], likely, mode),
                     ckpt=np.where(unknown["grad_checkpointing"] & large, CKPT["full"], base.ckpt))
@@ -235,15 +237,26 @@ def resolve_scenarios(
 
 def _fit_point(sc: Scenario, unknown: Mapping[str, np.ndarray], cap: np.ndarray,
                evaluate: Callable[..., Mapping[str, np.ndarray]]) -> Scenario:
-    """Step the unknown memory savers on, in order, until the estimate fits the GPU."""
-    over = evaluate(sc)["total"] > cap
-    for name, attr, value in (("parallel_strategy", "strategy", STRATEGY["zero2"]),
-                              ("parallel_strategy", "strategy", STRATEGY["zero3"]),
-                              ("grad_checkpointing", "ckpt", CKPT["full"])):
-        step = over & unknown[name]
-        if step.any():
-            sc = replace(sc, **{attr: np.where(step, value, getattr(sc, attr))})
-            over = evaluate(sc)["total"] > cap
+    """Step the unknown memory savers on, in order, until the estimate fits the GPU: ``zero2``, then
+    ``zero3`` (an unknown strategy), then full checkpointing (an unknown one), then a 16-bit-true mode.
+
+    The six strategy x checkpointing variants a job can step through are evaluated at once (shape
+    (6, n), variant ``3 * checkpointing + strategy``); each job then follows its own steps."""
+    u_strategy, u_ckpt = unknown["parallel_strategy"], unknown["grad_checkpointing"]
+    strategies = np.stack([sc.strategy, np.where(u_strategy, STRATEGY["zero2"], sc.strategy),
+                           np.where(u_strategy, STRATEGY["zero3"], sc.strategy)])
+    ckpts = np.stack([sc.ckpt, np.where(u_ckpt, CKPT["full"], sc.ckpt)])
+    totals = np.broadcast_to(evaluate(replace(sc, strategy=strategies[None], ckpt=ckpts[:, None]))["total"],
+                             (2, 3, len(cap))).reshape(6, len(cap))
+    above = totals > cap
+    over, at_strategy, columns = above[0], np.zeros(len(cap), dtype=np.int64), np.arange(len(cap))
+    for value in (1, 2):  # zero2, zero3
+        step = over & u_strategy
+        at_strategy = np.where(step, value, at_strategy)
+        over = np.where(step, above[value], over)
+    step = over & u_ckpt
+    over = np.where(step, above[3 + at_strategy, columns], over)
+    sc = replace(sc, strategy=strategies[at_strategy, columns], ckpt=np.where(step, ckpts[1], ckpts[0]))
     step = over & unknown["precision_mode"]
     if not step.any():
         return sc
@@ -263,69 +276,91 @@ def _upper(base: Scenario, unknown: Mapping[str, np.ndarray], kind: np.ndarray, 
         seq_len=np.where(unknown["seq_len"], UPPER_VALUES["seq_len"], base.seq_len),
         vocab=np.where(unknown["vocab_size"], UPPER_VOCAB, base.vocab),
     )
-    fp16 = kind == "fp16"
+    fp16 = kind == _FP16
     mixed = np.where(fp16, MODE["fp16-mixed"], MODE["bf16-mixed"])
-    modes = (np.where(kind == "", MODE["fp32"], mixed), mixed, np.where(fp16, MODE["fp16-true"], MODE["bf16-true"]))
-    grid = list(product(range(len(modes)), _UPPER_STRATEGIES, _SAVERS))
-    if not unknown["precision_mode"].any():
-        grid = [g for g in grid if g[0] == 0]
-    if not unknown["parallel_strategy"].any():
-        grid = [g for g in grid if g[1] == _UPPER_STRATEGIES[0]]
-    if not unknown["grad_checkpointing"].any():
-        grid = [g for g in grid if g[2] == _SAVERS[0]]
-    n, k = len(cap), len(grid)
-    modes_k = np.concatenate([np.where(unknown["precision_mode"], modes[m], base.mode) for m, _, _ in grid])
-    strategy_k = np.concatenate([np.where(unknown["parallel_strategy"], st, base.strategy) for _, st, _ in grid])
-    ckpt_k = np.concatenate([np.where(unknown["grad_checkpointing"], c, base.ckpt) for _, _, c in grid])
-    best_total = np.full(n, -np.inf)
-    best = point
-    for _attempt in range(2):
-        # every combination at once: rows of combination j are j * n ... (j + 1) * n - 1
-        tiled = replace(sizes.tile(k), mode=modes_k, strategy=strategy_k, ckpt=ckpt_k)
-        totals = evaluate(tiled, k)["total"].reshape(k, n)
-        fits = np.where(totals <= cap[None, :], totals, -np.inf)
-        pick = np.where(np.isfinite(fits).any(axis=0), np.argmax(fits, axis=0), np.argmin(totals, axis=0))
-        chosen = tiled.take(pick * n + np.arange(n))
-        found = np.isfinite(fits).any(axis=0)
-        update = found | (_attempt == 1) | ~np.isfinite(best_total)
-        best = best.where(update, chosen)
-        best_total = np.where(found, fits[pick, np.arange(n)], best_total)
-        missing = ~np.isfinite(best_total)
-        if not missing.any():
-            break
-        sizes = replace(sizes, batch=np.where(missing, point.batch, sizes.batch),
-                        seq_len=np.where(missing, point.seq_len, sizes.seq_len))
-    return best
+    modes = (np.where(kind == 0, MODE["fp32"], mixed), mixed, np.where(fp16, MODE["fp16-true"], MODE["bf16-true"]))
+    # the candidates: every combination of the unknown mode, strategy and checkpointing (the first
+    # value only of one no job leaves unknown), evaluated at once by broadcasting: the terms of
+    # shape (modes, strategies, checkpointing, n) are candidates in ``product`` order
+    m_dim = range(len(modes)) if unknown["precision_mode"].any() else range(1)
+    s_dim = _UPPER_STRATEGIES if unknown["parallel_strategy"].any() else _UPPER_STRATEGIES[:1]
+    c_dim = _SAVERS if unknown["grad_checkpointing"].any() else _SAVERS[:1]
+    modes_c = np.where(unknown["precision_mode"], np.stack(modes)[list(m_dim)], base.mode)
+    strategies_c = np.where(unknown["parallel_strategy"], np.array(s_dim, dtype=np.int64)[:, None], base.strategy)
+    ckpts_c = np.where(unknown["grad_checkpointing"], np.array(c_dim, dtype=np.int64)[:, None], base.ckpt)
+    first, first_total = _largest_fitting(sizes, modes_c, strategies_c, ckpts_c, cap, evaluate, None)
+    # jobs none of whose candidates fits (nor gives a finite total): again at the point's batch and
+    # sequence length, only those jobs (the others would pick the same candidate again)
+    again = np.flatnonzero(~np.isfinite(first_total))
+    if len(again):
+        retry = replace(sizes.take(again), batch=point.batch[again], seq_len=point.seq_len[again])
+        second = _largest_fitting(retry, modes_c[:, again], strategies_c[:, again], ckpts_c[:, again], cap[again],
+                                  evaluate, again)[0]
+        fields_ = {}
+        for f in fields(Scenario):
+            column = getattr(first, f.name).copy()
+            column[again] = getattr(second, f.name)
+            fields_[f.name] = column
+        return Scenario(**fields_)
+    return first
+
+
+def _largest_fitting(sizes: Scenario, modes_c: np.ndarray, strategies_c: np.ndarray, ckpts_c: np.ndarray,
+                     cap: np.ndarray, evaluate: Callable[..., Mapping[str, np.ndarray]],
+                     rows: np.ndarray | None) -> tuple[Scenario, np.ndarray]:
+    """Per job, the candidate with the largest total that fits its GPU (the first of equal ones, in
+    ``product`` order of the rows of ``modes_c``, ``strategies_c``, ``ckpts_c``), else the smallest;
+    and that fitting total (-inf where none fits)."""
+    shape = (len(modes_c), len(strategies_c), len(ckpts_c), len(cap))
+    sc = replace(sizes, mode=modes_c[:, None, None, :], strategy=strategies_c[None, :, None, :],
+                 ckpt=ckpts_c[None, None, :, :])
+    totals = np.broadcast_to(evaluate(sc, rows)["total"], shape).reshape(shape[0] * shape[1] * shape[2], len(cap))
+    fits = np.where(totals <= cap[None, :], totals, -np.inf)
+    found = np.isfinite(fits).any(axis=0)
+    pick = np.where(found, np.argmax(fits, axis=0), np.argmin(totals, axis=0))
+    columns = np.arange(len(cap))
+    m, s, c = np.unravel_index(pick, shape[:3])
+    chosen = replace(sizes, mode=modes_c[m, columns], strategy=strategies_c[s, columns], ckpt=ckpts_c[c, columns])
+    return chosen, np.where(found, fits[pick, columns], -np.inf)
 
 
 def _assumed(point: Scenario, unknown: Mapping[str, np.ndarray]) -> np.ndarray:
     """``"key=value; ..."`` of the unknown descriptors' point values, per job ("" when none)."""
-    quant = np.array(list(QUANT_BYTES), dtype=object)
-    quant_bytes = np.array([-2.0 if np.isnan(v) else v for v in QUANT_BYTES.values()])
-    values = {
-        "precision_mode": np.array(PRECISION_MODES, dtype=object)[np.clip(point.mode, 0, None)],
-        "quantization": lambda: quant[np.argmin(np.abs(np.nan_to_num(point.quant_bytes, nan=-2.0)[:, None]
-                                                       - quant_bytes[None, :]), axis=1)],
-        "parallel_strategy": np.array(PARALLEL_STRATEGIES, dtype=object)[np.clip(point.strategy, 0, None)],
-        "grad_checkpointing": np.array(GRAD_CHECKPOINTING, dtype=object)[np.clip(point.ckpt, 0, None)],
-        "lora_rank": point.lora_rank, "optimizer": lambda: np.full(len(point.mode), "adamw", dtype=object),
-        "batch_size": point.batch, "seq_len": point.seq_len, "vocab_size": point.vocab,
-    }
-    out = np.full(len(point.mode), "", dtype=object)
-    for key, value in values.items():
-        mask = unknown[key]
-        if not mask.any():
+    names = {"precision_mode": (PRECISION_MODES, point.mode), "parallel_strategy": (PARALLEL_STRATEGIES, point.strategy),
+             "grad_checkpointing": (GRAD_CHECKPOINTING, point.ckpt)}
+    numbers = {"lora_rank": point.lora_rank, "batch_size": point.batch, "seq_len": point.seq_len,
+               "vocab_size": point.vocab}
+    parts: list[list[str]] = [[] for _ in range(len(point.mode))]
+    for key in _ASSUMED_KEYS:
+        rows = np.flatnonzero(unknown[key])
+        if not len(rows):
             continue
-        labels = _labels(value() if callable(value) else value)
-        text = np.where(mask, key + "=" + labels, "")
-        out = np.where(out == "", text, np.where(text == "", out, out + "; " + text))
+        if key in names:
+            vocabulary, codes = names[key]
+            labels = [vocabulary[c] for c in np.clip(codes[rows], 0, None).tolist()]
+        elif key == "quantization":
+            near = np.abs(np.nan_to_num(point.quant_bytes[rows], nan=-2.0)[:, None] - _QUANT_LABEL_BYTES[None, :])
+            labels = [_QUANT_NAMES[j] for j in np.argmin(near, axis=1).tolist()]
+        elif key == "optimizer":
+            labels = ["adamw"] * len(rows)
+        else:
+            labels = _labels(numbers[key][rows])
+        prefix = key + "="
+        for i, label in zip(rows.tolist(), labels, strict=True):
+            parts[i].append(prefix + label)
+    out = np.empty(len(parts), dtype=object)
+    out[:] = ["; ".join(p) for p in parts]
     return out
 
 
-def _labels(values: np.ndarray) -> np.ndarray:
-    """Values as text (integral floats without a decimal point), formatting each distinct value once."""
-    if values.dtype == object:
-        return values.astype(str).astype(object)
-    uniq, inverse = np.unique(values, return_inverse=True)
-    text = np.array([str(int(v)) if np.isfinite(v) and v == int(v) else str(v) for v in uniq], dtype=object)
-    return text[inverse.reshape(-1)]
+def _labels(values: np.ndarray) -> list[str]:
+    """Numbers as text (integral floats without a decimal point), formatting each distinct value once."""
+    cache: dict[float, str] = {}
+    out = []
+    for v in values.tolist():
+        text = cache.get(v)
+        if text is None:
+            x = np.float64(v)
+            text = cache[v] = str(int(x)) if np.isfinite(x) and x == int(x) else str(x)
+        out.append(text)
+    return out
