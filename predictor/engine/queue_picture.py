@@ -197,11 +197,17 @@ class QueuePicture:
     def with_candidates(self, candidates: PendingJobs, vocab: Vocabulary) -> QueuePicture:
         """This picture with ``candidates`` appended to the pending jobs (replacing tracked pending jobs
         with the same id); ``vocab`` must extend this picture's vocabulary."""
-        keep = ~np.isin(self.pending.job_id, candidates.job_id) if len(self.pending) else np.zeros(0, bool)
+        # id look-ups through Python sets: np.isin on object arrays sorts them (tens of us a request)
+        new_ids = candidates.job_id.tolist()
+        wanted = set(new_ids)
+        tracked = self.pending.job_id.tolist()
+        keep = np.fromiter((j not in wanted for j in tracked), dtype=bool, count=len(tracked))
         base = self.pending.take(np.flatnonzero(keep)) if not keep.all() else self.pending
-        if len(self.running) and np.isin(candidates.job_id, self.running.job_id).any():
-            dup = candidates.job_id[np.isin(candidates.job_id, self.running.job_id)][0]
-            raise InputError(f"job {dup} is already running; score a new job id")
+        if len(self.running):
+            running = set(self.running.job_id.tolist())
+            dup = next((j for j in new_ids if j in running), None)
+            if dup is not None:
+                raise InputError(f"job {dup} is already running; score a new job id")
         pending = _concat_pending(base, candidates) if len(base) else candidates
         return QueuePicture(self.layout, vocab, pending, self.running, self.seq, self.unplaced)
 
