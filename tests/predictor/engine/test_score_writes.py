@@ -102,3 +102,14 @@ def test_remembered_gang_searches_decide_as_decide(busy_engine: Engine) -> None:
                 [decision_doc(reference.decision_for(r["job_id"])) for r in jobs]
     memo = busy_engine._gang_memo()
     assert memo.hits > memo.misses  # the memo answered most searches
+
+
+def test_scoring_the_id_of_a_running_job_is_refused(busy_engine: Engine) -> None:
+    from features.errors import InputError
+
+    with pytest.raises(InputError, match="job r1 is already running"):
+        busy_engine.score(_frame([{"job_id": "n0", "num_gpus": 1, "state": "PENDING"},
+                                  {"job_id": "r1", "num_gpus": 1, "state": "PENDING"}]), NOW)
+    # a tracked pending job's id replaces it (scored as if resubmitted), not an error
+    assert [s.decision.job_id for s in busy_engine.score(_frame([{"job_id": "p0", "num_gpus": 1,
+                                                                  "state": "PENDING"}]), NOW)] == ["p0"]
