@@ -117,3 +117,30 @@ def test_earliest_start_for_any_class_is_the_gth_free_gpu():
     assert b.earliest_by_class(0, 2)[NVLINK] == 0.0
     assert b.earliest_start(0, 25) is None
     assert b.earliest_by_class(0, 24)[CROSS_RACK] == 60.0
+
+
+MIXED = ClusterLayout.of(Inventory(nodes=(
+    Node("a0", "A100-80GB", 4), Node("a1", "A100-80GB", 4), Node("v0", "V100M32", 8))))
+
+
+@settings(max_examples=60, deadline=None)
+@given(free=st.lists(st.sampled_from([0, 250, 500, 999, 1000]), min_size=16, max_size=16),
+       busy=st.lists(st.floats(0, 100), min_size=16, max_size=16),
+       bookings=st.lists(st.tuples(st.lists(st.integers(0, 15), min_size=1, max_size=8, unique=True),
+                                   st.sampled_from([1, 250, 500, 1000]), st.floats(0, 200)), max_size=6))
+def test_small_gangs_are_booked_as_the_array_form_books_them(free, busy, bookings):
+    """``take`` books a share on up to eight GPUs element by element; the same bookings through the
+    array form (a share per GPU) leave the same free shares, free counts per type, busy times."""
+    fast = CapacityBook(MIXED, 0.0, np.array(free), np.array(busy))
+    slow = CapacityBook(MIXED, 0.0, np.array(free), np.array(busy))
+    for gpus, milli, end in bookings:
+        gpus = np.array(gpus)
+        if (slow.free_milli[gpus] < milli).any():
+            with pytest.raises(RuntimeError, match="over-allocated"):
+                fast.take(gpus, milli, end)
+            continue
+        fast.take(gpus, milli, end)
+        slow.take(gpus, np.full(len(gpus), milli), end)  # an array of shares: the array form
+        for name in ("free_milli", "whole_free_by_type", "any_free_by_type", "busy_until"):
+            np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
+        assert fast.version == slow.version
