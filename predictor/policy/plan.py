@@ -320,7 +320,9 @@ class SchedulePlan:
         Action of each pending row (``ACTIONS``).
     decisions : tuple of Decision
         Every job with an action other than ``wait``, in priority order.
-    assignments : tuple of Assignment
+    started_rows : tuple of int
+        Pending rows that start (``start``, or ``preempt`` once the victims are gone), in priority
+        order; ``assignments`` spells them out.
     reservations : tuple of Reservation
     evictions : tuple of EvictionPlan
     revisit_at_ts : float or None
@@ -336,7 +338,7 @@ class SchedulePlan:
     priority: np.ndarray
     action: np.ndarray
     decisions: tuple[Decision, ...]
-    assignments: tuple[Assignment, ...]
+    started_rows: tuple[int, ...]
     reservations: tuple[Reservation, ...]
     evictions: tuple[EvictionPlan, ...]
     revisit_at_ts: float | None
@@ -344,6 +346,23 @@ class SchedulePlan:
     _writer: DecisionWriter = field(repr=False)
     _outcomes: dict[int, Outcome] = field(repr=False)
     _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def assignments(self) -> tuple[Assignment, ...]:
+        """The starts with global GPU indices (built on first use: most callers read Decisions)."""
+        if "assignments" not in self._cache:
+            ctx = self._writer.ctx
+            pend, run = ctx.pending, ctx.snapshot.running
+            out = []
+            for i in self.started_rows:
+                o = self._outcomes[i]
+                victims = tuple(str(run.job_id[r]) for r in (o.victims if o.victims is not None else ()))
+                out.append(Assignment(
+                    pending_row=i, job_id=str(pend.job_id[i]), gpus=o.gpus, gpu_milli=int(pend.gpu_milli[i]),
+                    placement_class=o.placement_class, slowdown=float(pend.slowdown[i, o.placement_class]),
+                    start_ts=o.start_ts, predicted_end_ts=o.end_ts, victims=victims))
+            self._cache["assignments"] = tuple(out)
+        return self._cache["assignments"]
 
     @property
     def starts(self) -> tuple[Decision, ...]:

@@ -43,7 +43,7 @@ from predictor.policy.admission import Admission
 from predictor.policy.config import PolicyConfig
 from predictor.policy.context import CycleContext
 from predictor.policy.ordering import ORDERINGS, Ordering, OrderKeys, order_pending
-from predictor.policy.plan import Assignment, DecisionWriter, SchedulePlan
+from predictor.policy.plan import DecisionWriter, SchedulePlan
 from predictor.policy.residency import cycle_eligibility
 from predictor.policy.snapshot import ClusterSnapshot
 
@@ -174,9 +174,9 @@ def write_plan(cycle: CycleResult, policy: PolicyConfig, *, explain: bool = True
     snapshot = ctx.snapshot
     now, pend, run = float(snapshot.now), snapshot.pending, snapshot.running
     writer = DecisionWriter(ctx, cycle.ordering, cycle.keys, priority, cycle.guarded, cycle.run_prio, explain=explain)
-    assignments = []
     wanted = None if write_rows is None else set(np.asarray(write_rows).tolist())
     written: list[int] = []
+    started: list[int] = []  # rows that start (or preempt to start), in priority order: the assignments
     for i in cycle.ranked_outcomes():
         o = walk.outcomes[i]
         if o.action == "wait":
@@ -184,11 +184,7 @@ def write_plan(cycle: CycleResult, policy: PolicyConfig, *, explain: bool = True
         if wanted is None or i in wanted:
             written.append(i)
         if o.action in ("start", "preempt") and o.gpus is not None:
-            victims = tuple(str(run.job_id[r]) for r in (o.victims if o.victims is not None else ()))
-            assignments.append(Assignment(
-                pending_row=i, job_id=str(pend.job_id[i]), gpus=o.gpus, gpu_milli=int(pend.gpu_milli[i]),
-                placement_class=o.placement_class, slowdown=float(pend.slowdown[i, o.placement_class]),
-                start_ts=o.start_ts, predicted_end_ts=o.end_ts, victims=victims))
+            started.append(i)
     decisions = writer.write_rows(written, [walk.outcomes[i] for i in written], walk.lost_s)
     action = np.full(len(pend), "wait", dtype=object)
     for i, o in walk.outcomes.items():
@@ -202,7 +198,7 @@ def write_plan(cycle: CycleResult, policy: PolicyConfig, *, explain: bool = True
              "seconds": {**cycle.seconds, "plan": time.perf_counter() - t3}}
     return SchedulePlan(
         now=now, policy_name=policy.name, order=order, priority=priority, action=action,
-        decisions=tuple(decisions), assignments=tuple(assignments),
+        decisions=tuple(decisions), started_rows=tuple(started),
         reservations=tuple(d.reservation for d in decisions if d.reservation is not None),
         evictions=tuple(d.eviction for d in decisions if d.eviction is not None),
         revisit_at_ts=revisit if math.isfinite(revisit) else None, stats=stats,
