@@ -221,12 +221,13 @@ class HistoryStore:
             self._build()
         assert self._state is not None
         keys = history_keys(jobs)
-        values = {}
-        for kind in KEY_KINDS:
-            table = self._state[kind]
-            rows = [table.get(k, _EMPTY_STATE) if isinstance(k, str) else _EMPTY_STATE for k in keys[kind]]
-            values[kind] = np.array(rows, dtype="float64").reshape(len(jobs), len(STATE_FIELDS))
-        return HistoryState(values)
+        rows = []
+        for kind in KEY_KINDS:  # kind-major, one array for all: (kinds, jobs, fields), views per kind
+            get = self._state[kind].get
+            rows += [get(k, _EMPTY_STATE) if isinstance(k, str) else _EMPTY_STATE for k in keys[kind]]
+        block = np.array(rows, dtype="float64").reshape(len(KEY_KINDS), len(jobs), len(STATE_FIELDS))
+        block = block.transpose(1, 0, 2)  # (jobs, kinds, fields)
+        return HistoryState({kind: block[:, k, :] for k, kind in enumerate(KEY_KINDS)}, block)
 
     def __getstate__(self) -> dict:
         return {"events": self.events}
