@@ -84,16 +84,36 @@ def slowdowns(kappa: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 def prior_kappa(jobs: pd.DataFrame) -> np.ndarray:
     """Physics prior of ``kappa`` per job (see the module docstring); 0 for single-GPU jobs."""
-    n = np.nan_to_num(numeric_column(jobs, "num_gpus"), nan=1.0)
+    return _inputs(jobs)[0]
+
+
+def topology_design(jobs: pd.DataFrame) -> np.ndarray:
+    """Inputs of the ``kappa`` regressor, shape (n, len(TOPOLOGY_FEATURES))."""
+    return _inputs(jobs)[1]
+
+
+def _nan_to(x: np.ndarray, value: float) -> np.ndarray:
+    """``np.nan_to_num(x, nan=value)`` (NaN -> value, infinities -> the largest finite floats), cheaper
+    on the few rows of a request where nothing is infinite."""
+    out = np.where(np.isnan(x), value, x)
+    return np.nan_to_num(x, nan=value) if np.isinf(out).any() else out
+
+
+def _inputs(jobs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(prior_kappa, topology_design, GPUs with NaN as 1)`` of ``jobs``, reading each column once."""
+    gpus = numeric_column(jobs, "num_gpus")
+    n = _nan_to(gpus, 1.0)
     p = numeric_column(jobs, "model_params")
-    method = object_column(jobs, "finetune_method")
-    lora = np.array([m in ("lora", "qlora") for m in method])
-    precision = object_column(jobs, "precision")
-    g = np.array([4.0 if (pr in ("fp32", "tf32") or not isinstance(pr, str)) else 2.0 for pr in precision])
-    trainable = np.where(lora, 0.005 * p, p)
-    grad_bytes = np.where(lora, 4.0, g)
     batch = numeric_column(jobs, "batch_size")
     seq = numeric_column(jobs, "seq_len")
+    method = object_column(jobs, "finetune_method")
+    precision = object_column(jobs, "precision")
+    lora = np.array([m in ("lora", "qlora") for m in method], dtype=bool)
+    wide = np.array([pr in ("fp32", "tf32") for pr in precision], dtype=bool)
+    named = np.array([isinstance(pr, str) for pr in precision], dtype=bool)
+    g = np.where(wide | ~named, 4.0, 2.0)
+    trainable = np.where(lora, 0.005 * p, p)
+    grad_bytes = np.where(lora, 4.0, g)
     tokens = np.where(batch > 0, batch, 1.0) * np.where(seq > 0, seq, PRIOR_TOKENS_PER_SAMPLE)
     flops = np.where(lora, 4.0, 6.0) * p * tokens
     t_compute = flops / (PRIOR_EFFECTIVE_TFLOPS * 1e12)
@@ -101,26 +121,16 @@ def prior_kappa(jobs: pd.DataFrame) -> np.ndarray:
     t_comm = PRIOR_EXPOSED_SHARE * volume / (PRIOR_BANDWIDTH_GBPS[PLACEMENT_CLASSES[-1]] * 1e9)
     with np.errstate(divide="ignore", invalid="ignore"):
         kappa = np.where(p > 0, t_comm / t_compute, PRIOR_UNKNOWN_KAPPA)
-    return np.where(n > 1, kappa, 0.0)
-
-
-def topology_design(jobs: pd.DataFrame) -> np.ndarray:
-    """Inputs of the ``kappa`` regressor, shape (n, len(TOPOLOGY_FEATURES))."""
-    def log(x: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(x > 0, np.log(x), np.nan)
-
-    method = object_column(jobs, "finetune_method")
-    precision = object_column(jobs, "precision")
-    return np.column_stack([
-        log(numeric_column(jobs, "model_params")),
-        log(numeric_column(jobs, "num_gpus")),
-        np.array([float(m in ("lora", "qlora")) if isinstance(m, str) else np.nan for m in method]),
-        np.array([(4.0 if p in ("fp32", "tf32") else 2.0) if isinstance(p, str) else np.nan for p in precision]),
-        log(numeric_column(jobs, "batch_size")),
-        log(numeric_column(jobs, "seq_len")),
-        np.log(np.maximum(prior_kappa(jobs), 1e-4)),
-    ])
+    kappa = np.where(n > 1, kappa, 0.0)
+    design = np.empty((len(gpus), len(TOPOLOGY_FEATURES)))
+    raw = np.array([p, gpus, batch, seq])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        design[:, [0, 1, 4, 5]] = np.where(raw > 0, np.log(raw), np.nan).T
+    method_named = np.array([isinstance(m, str) for m in method], dtype=bool)
+    design[:, 2] = np.where(method_named, lora.astype(float), np.nan)
+    design[:, 3] = np.where(named, np.where(wide, 4.0, 2.0), np.nan)
+    design[:, 6] = np.log(np.maximum(kappa, 1e-4))
+    return kappa, design, n
 
 
 def _fit_kappa(m: np.ndarray, cnt: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -218,8 +228,7 @@ class TopologyEstimator:
 
     def predict(self, jobs: pd.DataFrame) -> np.ndarray:
         """Slowdown per placement class, shape (n_jobs, len(PLACEMENT_CLASSES))."""
-        design = topology_design(jobs)
-        gpus = np.nan_to_num(numeric_column(jobs, "num_gpus"), nan=1.0)
+        _, design, gpus = _inputs(jobs)
         if self.booster_ is not None:
             log_kappa = predict_booster(self.booster_, design)
         else:
