@@ -7,7 +7,9 @@ bundle's history store) on synthetic job documents (``bench_api.job_specs``), bo
 (``PYTHONPATH`` = that tree; the bundle pickle unpickles with that tree's classes), alternating
 ``--repeat`` times; the median pass per tree is reported, with the ratio of the first tree to each
 other one. ``--dump DIR`` also writes every tree's predictions on the varied inputs (``.npz``) and
-reports whether they agree exactly (relative 1e-12 for floats).
+reports whether they agree exactly (relative 1e-12 for floats). Each step of the call is also timed
+in place (``_stages``): ``*_path_us`` is everything but the analytic memory estimate (features,
+duration, topology, glue), ``*_trees_us`` the compiled boosters within it.
 
 Run: ``.venv/bin/python benchmarks/bench_predict_rows.py --bundle /tmp/serve-bundle.pkl \
 --tree /work/main --tree . [--dump /tmp/rows]``
@@ -71,12 +73,16 @@ def _worker(args: argparse.Namespace) -> None:
     for frame, cols in calls:  # warm-up (the store builds its state on first use)
         bundle.predict_columns(frame, history, now, columns=cols)
     out: dict[str, float] = {}
-    for label, (frame, cols), reps in (("one_row_us", calls[0], args.calls), ("hundred_rows_us", calls[1],
-                                                                                max(1, args.calls // 10))):
+    for label, (frame, cols), reps in (
+        ("one_row", calls[0], args.calls),
+        ("hundred_rows", calls[1], max(1, args.calls // 10)),
+    ):
         t0 = time.process_time()
         for _ in range(reps):
             bundle.predict_columns(frame, history, now, columns=cols)
-        out[label] = (time.process_time() - t0) / reps * 1e6
+        out[f"{label}_us"] = (time.process_time() - t0) / reps * 1e6
+        for stage, cpu in _stages(bundle, frame, cols, history, now, reps).items():
+            out[f"{label}_{stage}_us"] = cpu
     if args.dump_file:
         arrays = {}
         for k, (frame, cols) in enumerate(calls):
@@ -86,6 +92,58 @@ def _worker(args: argparse.Namespace) -> None:
                 arrays[f"{k}/frame/{name}"] = np.asarray(value)
         np.savez(args.dump_file, **{k: (v.astype(str) if v.dtype == object else v) for k, v in arrays.items()})
     print(json.dumps(out))
+
+
+def _stages(bundle, frame, cols, history, now: float, reps: int) -> dict[str, float]:  # noqa: ANN001
+    """CPU (us per call) of each step of ``JobPredictorBundle._predict``, timed in place (the steps run
+    in order on a fresh view, as in a request, so caches are as cold as there). ``memory`` is the
+    analytic estimate and its correction (``models.memory_*``: not this path); ``path`` the sum of the
+    rest; ``trees`` the compiled boosters' share of it (``CompiledBooster.predict``: the same native
+    code in both trees; on one row mostly cache misses on that code); ``path_without_trees``."""
+    import time
+
+    import numpy as np
+
+    from models.bundle import assemble_columns, duration_offset, job_view
+    from models.compiled import CompiledBooster
+    from models.memory_analytic import analytic_memory
+
+    spent = dict.fromkeys(("view", "history", "features", "duration", "memory", "topology", "assemble", "trees"), 0.0)
+    plain = CompiledBooster.predict
+
+    def timed(self, X, plain=plain):  # noqa: ANN001, ANN202
+        t0 = time.process_time()
+        try:
+            return plain(self, X)
+        finally:
+            spent["trees"] += time.process_time() - t0
+
+    def step(name, f):  # noqa: ANN001, ANN202
+        t0 = time.process_time()
+        r = f()
+        spent[name] += time.process_time() - t0
+        return r
+
+    table = bundle.gpu_memory_mib
+    CompiledBooster.predict = timed
+    try:
+        for _ in range(reps):
+            v = step("view", lambda: job_view(frame, now, cols))
+            state = step("history", lambda v=v: history.state_for(v))
+            X = step("features", lambda v=v, state=state: bundle.builder.transform_array(v, state))
+            q = step("duration", lambda v=v, X=X: np.exp(bundle.duration.predict_log(X)
+                                                          + duration_offset(v, bundle.global_median_s)[:, None]))
+            point, upper = step("memory", lambda v=v, X=X: bundle.predict_memory(v, X, analytic_memory(v, table),
+                                                                                   table))
+            slow = step("topology", lambda v=v: bundle.topology.predict(v))
+            step("assemble", lambda v=v, q=q, point=point, upper=upper, slow=slow: assemble_columns(
+                v, q, point, upper, slow, table, model_version=bundle.version, fallback=False, fallback_reason=None))
+    finally:
+        CompiledBooster.predict = plain
+    out = {k: v / reps * 1e6 for k, v in spent.items()}
+    out["path"] = sum(v for k, v in out.items() if k not in ("memory", "trees"))
+    out["path_without_trees"] = out["path"] - out["trees"]
+    return out
 
 
 def _compare(files: list[Path]) -> dict[str, object]:

@@ -225,7 +225,7 @@ class HistoryStore:
         for kind in KEY_KINDS:  # kind-major, one array for all: (kinds, jobs, fields), views per kind
             get = self._state[kind].get
             rows += [get(k, _EMPTY_STATE) if isinstance(k, str) else _EMPTY_STATE for k in keys[kind]]
-        block = np.array(rows, dtype="float64").reshape(len(KEY_KINDS), len(jobs), len(STATE_FIELDS))
+        block = (np.concatenate(rows) if rows else np.empty(0)).reshape(len(KEY_KINDS), len(jobs), len(STATE_FIELDS))
         block = block.transpose(1, 0, 2)  # (jobs, kinds, fields)
         return HistoryState({kind: block[:, k, :] for k, kind in enumerate(KEY_KINDS)}, block)
 

@@ -375,7 +375,7 @@ class DurationEstimator:
         spread = X[:, i_hi] - X[:, i_lo] if i_hi is not None else None
         seg = segment_ids(X[:, index["user_n"]], has_limit, spread)
         empirical = self._empirical_from(X, off)
-        candidates = {name: base[:, j] for j, name in enumerate(d.available) if name != "requested_time"}
+        candidates = {name: base[:, j] for j, name in enumerate(pos.available) if name != "requested_time"}
         candidates["offset"] = np.where(np.isfinite(limit), 0.0, np.nan)
         if self.mode_booster_ is not None:
             candidates["model_mode"] = predict_booster(self.mode_booster_, Xd) + anchor

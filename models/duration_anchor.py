@@ -80,6 +80,7 @@ class AnchoredDesign:
             baselines=np.array([index[BASELINE_COLUMNS[b]] for b in available], dtype=np.intp),
             chain=tuple(available.index(b) for b in self.chain if BASELINE_COLUMNS[b] in index),
             index=index,
+            available=available,
         )
 
     def __getstate__(self) -> dict:
@@ -160,12 +161,14 @@ class AnchoredDesign:
 @dataclass(frozen=True)
 class _Positions:
     """Where ``AnchoredDesign.parts`` reads: the limit column (-1: none), each available baseline's
-    column, the chain as positions among the available baselines, and every name's column."""
+    column, the chain as positions among the available baselines, every name's column, and
+    ``AnchoredDesign.available``."""
 
     limit: int
     baselines: np.ndarray
     chain: tuple[int, ...]
     index: dict[str, int]
+    available: tuple[str, ...]
 
 
 def choose_anchor(X: np.ndarray, y: np.ndarray, exact: np.ndarray, names: tuple[str, ...],
