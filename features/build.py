@@ -33,6 +33,7 @@ Features (``FEATURE_NAMES``)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 import pandas as pd
@@ -176,8 +177,19 @@ class _Vocabulary:
 
     def encode(self, values: np.ndarray) -> np.ndarray:
         """Codes for an object array of categories (NaN for unknown or null)."""
-        get = self.codes.get
-        return np.fromiter((get(v, np.nan) if isinstance(v, str) else np.nan for v in values), "float64", len(values))
+        return _lookup(self.codes, values)
+
+
+_PLAIN = frozenset({str, type(None)})
+
+
+def _lookup(table: dict[str, float], values: np.ndarray) -> np.ndarray:
+    """``table[v]`` per value as float64, NaN where ``v`` is not a key or not a string. Values that are
+    all ``str`` or None (what ``object_column`` gives) are looked up without a Python frame per value."""
+    n = len(values)
+    if _PLAIN.issuperset(map(type, values)):  # None is no key: NaN
+        return np.fromiter(map(table.get, values, repeat(np.nan, n)), "float64", n)
+    return np.fromiter((table.get(v, np.nan) if isinstance(v, str) else np.nan for v in values), "float64", n)
 
 
 class JobFeatureBuilder:
@@ -288,9 +300,7 @@ class JobFeatureBuilder:
         out[:, _AT["gpu_total"]] = gpus * np.where(np.isfinite(share), share, 1.0)
         out[:, _AT["has_time_limit"]] = np.isfinite(limit) & (limit > 0)
         out[:, _AT["has_deadline"]] = np.isfinite(raw[_RAW_AT["deadline_ts"]])
-        get = PRECISION_BYTES.get
-        out[:, _AT["precision_bytes"]] = np.fromiter(
-            (get(p, np.nan) if isinstance(p, str) else np.nan for p in object_column(jobs, "precision")), "float64", n)
+        out[:, _AT["precision_bytes"]] = _lookup(PRECISION_BYTES, object_column(jobs, "precision"))
         seconds = np.mod(submit, 86400.0)
         days = np.floor(submit / 86400.0)
         weekday = np.mod(days + 3.0, 7.0)  # 1970-01-01 was a Thursday: Monday = 0

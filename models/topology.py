@@ -39,6 +39,7 @@ Monotone
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import lightgbm as lgb
 import numpy as np
@@ -69,6 +70,8 @@ SHRINKAGE = 1.0
 _KAPPA_GRID = np.r_[0.0, np.logspace(-3, 3, 73)]
 _W_GRID = np.logspace(-3, 0.5, 141)
 _CLASS_INDEX = {c: i for i, c in enumerate(PLACEMENT_CLASSES)}
+_LORA = ("lora", "qlora")
+_WIDE = ("fp32", "tf32")
 _PRIOR_W = np.array([PRIOR_BANDWIDTH_GBPS[PLACEMENT_CLASSES[-1]] / PRIOR_BANDWIDTH_GBPS[c] for c in PLACEMENT_CLASSES])
 TOPOLOGY_FEATURES: tuple[str, ...] = (
     "log_params", "log_gpus", "lora", "grad_bytes", "log_batch", "log_seq", "prior_log_kappa",
@@ -108,9 +111,10 @@ def _inputs(jobs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     seq = numeric_column(jobs, "seq_len")
     method = object_column(jobs, "finetune_method")
     precision = object_column(jobs, "precision")
-    lora = np.array([m in ("lora", "qlora") for m in method], dtype=bool)
-    wide = np.array([pr in ("fp32", "tf32") for pr in precision], dtype=bool)
-    named = np.array([isinstance(pr, str) for pr in precision], dtype=bool)
+    rows = len(gpus)
+    lora = np.fromiter(map(_LORA.__contains__, method), bool, rows)  # ``m in _LORA`` per job
+    wide = np.fromiter(map(_WIDE.__contains__, precision), bool, rows)
+    named = np.fromiter(map(isinstance, precision, repeat(str)), bool, rows)
     g = np.where(wide | ~named, 4.0, 2.0)
     trainable = np.where(lora, 0.005 * p, p)
     grad_bytes = np.where(lora, 4.0, g)
@@ -122,11 +126,11 @@ def _inputs(jobs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore"):
         kappa = np.where(p > 0, t_comm / t_compute, PRIOR_UNKNOWN_KAPPA)
     kappa = np.where(n > 1, kappa, 0.0)
-    design = np.empty((len(gpus), len(TOPOLOGY_FEATURES)))
+    design = np.empty((rows, len(TOPOLOGY_FEATURES)))
     raw = np.array([p, gpus, batch, seq])
     with np.errstate(divide="ignore", invalid="ignore"):
         design[:, [0, 1, 4, 5]] = np.where(raw > 0, np.log(raw), np.nan).T
-    method_named = np.array([isinstance(m, str) for m in method], dtype=bool)
+    method_named = np.fromiter(map(isinstance, method, repeat(str)), bool, rows)
     design[:, 2] = np.where(method_named, lora.astype(float), np.nan)
     design[:, 3] = np.where(named, np.where(wide, 4.0, 2.0), np.nan)
     design[:, 6] = np.log(np.maximum(kappa, 1e-4))
@@ -234,9 +238,11 @@ class TopologyEstimator:
         else:
             log_kappa = design[:, -1] + self.log_kappa_offset_
         if self.family_log_kappa_:
+            table = self.family_log_kappa_
             fam = family_keys(jobs)
-            for i, f in enumerate(fam):
-                hit = self.family_log_kappa_.get(f) if isinstance(f, str) else None
+            known = table.keys() & {f for f in fam if isinstance(f, str)}  # usually none: no loop over jobs
+            for i, f in enumerate(fam) if known else ():
+                hit = table.get(f) if isinstance(f, str) else None
                 if hit is not None:
                     k, n = hit
                     log_kappa[i] = (n * k + SHRINKAGE * log_kappa[i]) / (n + SHRINKAGE)

@@ -113,3 +113,14 @@ def test_store_state_is_one_block_with_views_per_kind(history: pd.DataFrame, que
         np.testing.assert_array_equal(state.values[kind], S[:, k, :])
     state.values["user"] = state.values["user"].copy()  # replaced: the block no longer describes the state
     assert state.stacked() is not state.block
+
+
+def test_category_lookup_on_odd_values() -> None:
+    from features.build import _Vocabulary
+
+    vocab = _Vocabulary({"a": 0, "b": 1, "None": 2})
+    plain = np.array(["a", None, "b", "zz", "None"], dtype=object)
+    odd = np.array(["a", np.str_("b"), 3, np.nan, None, b"a", ("a",)], dtype=object)
+    np.testing.assert_array_equal(vocab.encode(plain), [0.0, np.nan, 1.0, np.nan, 2.0])
+    np.testing.assert_array_equal(vocab.encode(odd), [0.0, 1.0, np.nan, np.nan, np.nan, np.nan, np.nan])
+    assert vocab.encode(np.array([], dtype=object)).shape == (0,)

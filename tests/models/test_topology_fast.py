@@ -96,3 +96,35 @@ def test_predict_equals_the_replaced_inputs(bundle: JobPredictorBundle, later_jo
             numeric_column(j, "num_gpus"), nan=1.0)))
         want = bundle.topology.predict(jobs)
     np.testing.assert_array_equal(got, want)
+
+
+def old_predict(est, jobs):  # noqa: ANN001, ANN201
+    from features.history import family_keys
+    from models.lgbm import predict_booster
+    from models.topology import PRIOR_UNKNOWN_KAPPA, SHRINKAGE, slowdowns
+
+    design = old_topology_design(jobs)
+    gpus = np.nan_to_num(numeric_column(jobs, "num_gpus"), nan=1.0)
+    log_kappa = predict_booster(est.booster_, design) if est.booster_ is not None else design[:, -1] + est.log_kappa_offset_
+    if est.family_log_kappa_:
+        for i, f in enumerate(family_keys(jobs)):
+            hit = est.family_log_kappa_.get(f) if isinstance(f, str) else None
+            if hit is not None:
+                k, n = hit
+                log_kappa[i] = (n * k + SHRINKAGE * log_kappa[i]) / (n + SHRINKAGE)
+    kappa = np.where(gpus > 1, np.exp(log_kappa), 0.0)
+    kappa = np.where(np.isfinite(kappa), kappa, PRIOR_UNKNOWN_KAPPA)
+    return slowdowns(kappa, est.w_)
+
+
+def test_predict_with_known_families_equals_the_replaced_code(bundle: JobPredictorBundle, synth_jobs: pd.DataFrame,
+                                                               later_jobs: pd.DataFrame) -> None:
+    from features.history import family_keys
+
+    est = bundle.topology
+    jobs = pd.concat([synth_jobs.head(300), varied(later_jobs).head(50)], ignore_index=True)
+    assert est.family_log_kappa_ and any(f in est.family_log_kappa_ for f in family_keys(jobs) if isinstance(f, str))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for rows in (slice(0, 1), slice(0, 350), slice(300, 350)):
+            part = jobs.iloc[rows].reset_index(drop=True)
+            np.testing.assert_array_equal(est.predict(JobColumns(part)), old_predict(est, part))
