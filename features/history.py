@@ -25,6 +25,7 @@ ended before the query's submit time (tested).
 from __future__ import annotations
 
 from bisect import insort
+from itertools import repeat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,6 +77,10 @@ __all__ = [
     "object_column",
     "JobColumns",
 ]
+
+
+#: Key types ``state_for`` looks up directly (None is no key of a table: the empty state).
+_PLAIN_KEYS = frozenset({str, type(None)})
 
 
 @dataclass
@@ -223,8 +228,12 @@ class HistoryStore:
         keys = history_keys(jobs)
         rows = []
         for kind in KEY_KINDS:  # kind-major, one array for all: (kinds, jobs, fields), views per kind
-            get = self._state[kind].get
-            rows += [get(k, _EMPTY_STATE) if isinstance(k, str) else _EMPTY_STATE for k in keys[kind]]
+            table, wanted = self._state[kind], keys[kind]
+            get = table.get
+            if None not in table and _PLAIN_KEYS.issuperset(map(type, wanted)):  # no Python frame per job
+                rows += map(get, wanted, repeat(_EMPTY_STATE, len(wanted)))
+            else:
+                rows += [get(k, _EMPTY_STATE) if isinstance(k, str) else _EMPTY_STATE for k in wanted]
         block = (np.concatenate(rows) if rows else np.empty(0)).reshape(len(KEY_KINDS), len(jobs), len(STATE_FIELDS))
         block = block.transpose(1, 0, 2)  # (jobs, kinds, fields)
         return HistoryState({kind: block[:, k, :] for k, kind in enumerate(KEY_KINDS)}, block)

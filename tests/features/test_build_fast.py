@@ -124,3 +124,23 @@ def test_category_lookup_on_odd_values() -> None:
     np.testing.assert_array_equal(vocab.encode(plain), [0.0, np.nan, 1.0, np.nan, 2.0])
     np.testing.assert_array_equal(vocab.encode(odd), [0.0, 1.0, np.nan, np.nan, np.nan, np.nan, np.nan])
     assert vocab.encode(np.array([], dtype=object)).shape == (0,)
+
+
+def test_state_for_with_odd_keys_equals_lookup_per_job(history: pd.DataFrame, queries: pd.DataFrame) -> None:
+    """Keys that are not all strings or None take the per-job lookup; both give what it gives."""
+    from features.history_state import _EMPTY_STATE
+
+    store = HistoryStore(history)
+    jobs = queries.head(30).copy()
+    plain = store.state_for(jobs)
+    jobs["user"] = jobs["user"].astype(object)
+    jobs.loc[[1, 2], "user"] = [7, np.nan]
+    odd = store.state_for(jobs)
+    for k, kind in enumerate(KEY_KINDS):
+        table = store._state[kind]
+        from features.history import history_keys
+
+        want = np.array([table.get(key, _EMPTY_STATE) if isinstance(key, str) else _EMPTY_STATE
+                         for key in history_keys(jobs)[kind]])
+        np.testing.assert_array_equal(odd.values[kind], want)
+    np.testing.assert_array_equal(plain.values["team"], odd.values["team"])
