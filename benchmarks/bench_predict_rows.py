@@ -32,9 +32,15 @@ def _inputs(n_specs: int = 400) -> list[list[dict]]:
     """Job documents: one row, 100 rows, and varied edge cases (missing fields, unseen users)."""
     from benchmarks.bench_api import job_specs, synthetic_jobs
 
-    specs = [{**s, "submit_ts": NOW} for s in job_specs(synthetic_jobs(2000, seed=11), n_specs)]  # as serving sets it
-    sparse = [{"job_id": "bare-0"}, {"job_id": "bare-1", "num_gpus": 0}, {"job_id": "bare-2", "num_gpus": 8},
-              {"job_id": "bare-3", "user": "nobody-seen", "time_limit_s": 3600.0, "num_gpus": 2}]
+    specs = [
+        {**s, "submit_ts": NOW} for s in job_specs(synthetic_jobs(2000, seed=11), n_specs)
+    ]  # as serving sets it
+    sparse = [
+        {"job_id": "bare-0"},
+        {"job_id": "bare-1", "num_gpus": 0},
+        {"job_id": "bare-2", "num_gpus": 8},
+        {"job_id": "bare-3", "user": "nobody-seen", "time_limit_s": 3600.0, "num_gpus": 2},
+    ]
     for i, s in enumerate(specs[:40]):
         t = dict(s)
         if i % 4 == 0:
@@ -90,7 +96,9 @@ def _worker(args: argparse.Namespace) -> None:
                 arrays[f"{k}/{name}"] = np.asarray(value)
             for name, value in bundle.predict_columns(frame, history, now).items():  # the frame path
                 arrays[f"{k}/frame/{name}"] = np.asarray(value)
-        np.savez(args.dump_file, **{k: (v.astype(str) if v.dtype == object else v) for k, v in arrays.items()})
+        np.savez(
+            args.dump_file, **{k: (v.astype(str) if v.dtype == object else v) for k, v in arrays.items()}
+        )
     print(json.dumps(out))
 
 
@@ -108,7 +116,9 @@ def _stages(bundle, frame, cols, history, now: float, reps: int) -> dict[str, fl
     from models.compiled import CompiledBooster
     from models.memory_analytic import analytic_memory
 
-    spent = dict.fromkeys(("view", "history", "features", "duration", "memory", "topology", "assemble", "trees"), 0.0)
+    spent = dict.fromkeys(
+        ("view", "history", "features", "duration", "memory", "topology", "assemble", "trees"), 0.0
+    )
     plain = CompiledBooster.predict
 
     def timed(self, X, plain=plain):  # noqa: ANN001, ANN202
@@ -131,13 +141,30 @@ def _stages(bundle, frame, cols, history, now: float, reps: int) -> dict[str, fl
             v = step("view", lambda: job_view(frame, now, cols))
             state = step("history", lambda v=v: history.state_for(v))
             X = step("features", lambda v=v, state=state: bundle.builder.transform_array(v, state))
-            q = step("duration", lambda v=v, X=X: np.exp(bundle.duration.predict_log(X)
-                                                          + duration_offset(v, bundle.global_median_s)[:, None]))
-            point, upper = step("memory", lambda v=v, X=X: bundle.predict_memory(v, X, analytic_memory(v, table),
-                                                                                   table))
+            q = step(
+                "duration",
+                lambda v=v, X=X: np.exp(
+                    bundle.duration.predict_log(X) + duration_offset(v, bundle.global_median_s)[:, None]
+                ),
+            )
+            point, upper = step(
+                "memory", lambda v=v, X=X: bundle.predict_memory(v, X, analytic_memory(v, table), table)
+            )
             slow = step("topology", lambda v=v: bundle.topology.predict(v))
-            step("assemble", lambda v=v, q=q, point=point, upper=upper, slow=slow: assemble_columns(
-                v, q, point, upper, slow, table, model_version=bundle.version, fallback=False, fallback_reason=None))
+            step(
+                "assemble",
+                lambda v=v, q=q, point=point, upper=upper, slow=slow: assemble_columns(
+                    v,
+                    q,
+                    point,
+                    upper,
+                    slow,
+                    table,
+                    model_version=bundle.version,
+                    fallback=False,
+                    fallback_reason=None,
+                ),
+            )
     finally:
         CompiledBooster.predict = plain
     out = {k: v / reps * 1e6 for k, v in spent.items()}
@@ -170,7 +197,9 @@ def _compare(files: list[Path]) -> dict[str, object]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bundle", required=True)
-    p.add_argument("--tree", action="append", default=[], help="a source tree (PYTHONPATH), first = reference")
+    p.add_argument(
+        "--tree", action="append", default=[], help="a source tree (PYTHONPATH), first = reference"
+    )
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--calls", type=int, default=2000, help="one-row calls per pass (a tenth for 100 rows)")
     p.add_argument("--dump", help="folder for each tree's predictions (equality check)")
@@ -185,8 +214,15 @@ def main() -> None:
     dumps = []
     for rep in range(args.repeat):
         for i, tree in enumerate(trees):
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--bundle", args.bundle,
-                   "--calls", str(args.calls)]
+            cmd = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--worker",
+                "--bundle",
+                args.bundle,
+                "--calls",
+                str(args.calls),
+            ]
             if args.dump and rep == 0:
                 Path(args.dump).mkdir(parents=True, exist_ok=True)
                 dumps.append(Path(args.dump) / f"tree{i}.npz")

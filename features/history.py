@@ -25,8 +25,8 @@ ended before the query's submit time (tested).
 from __future__ import annotations
 
 from bisect import insort
-from itertools import repeat
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 import pandas as pd

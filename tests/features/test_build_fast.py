@@ -10,9 +10,16 @@ import pandas as pd
 import pytest
 
 from features.build import CATEGORICAL_FEATURES, PRECISION_BYTES, JobFeatureBuilder, _history_block, _log
-from features.history import KEY_KINDS, HistoryState, HistoryStore, JobColumns, ended_events, history_state
+from features.history import (
+    KEY_KINDS,
+    HistoryState,
+    HistoryStore,
+    JobColumns,
+    ended_events,
+    history_state,
+    object_column,
+)
 from features.history import numeric_column as _num
-from features.history import object_column
 from features.recent_runs import recent_runs_block
 from features.synth import generate
 
@@ -34,7 +41,9 @@ def old_recent_runs_block(state: HistoryState) -> np.ndarray:
     return np.column_stack(cols)
 
 
-def old_transform_array(builder: JobFeatureBuilder, jobs: pd.DataFrame | JobColumns, state: HistoryState) -> np.ndarray:
+def old_transform_array(
+    builder: JobFeatureBuilder, jobs: pd.DataFrame | JobColumns, state: HistoryState
+) -> np.ndarray:
     n = len(jobs)
     submit = _num(jobs, "submit_ts")
     gpus = _num(jobs, "num_gpus")
@@ -42,23 +51,44 @@ def old_transform_array(builder: JobFeatureBuilder, jobs: pd.DataFrame | JobColu
     limit = _num(jobs, "time_limit_s")
     batch, seq = _num(jobs, "batch_size"), _num(jobs, "seq_len")
     precision = object_column(jobs, "precision")
-    request = np.column_stack([
-        gpus, share, gpus * np.where(np.isfinite(share), share, 1.0), _num(jobs, "num_nodes"),
-        _num(jobs, "cpus"), _log(_num(jobs, "mem_mib")), _log(limit), np.isfinite(limit) & (limit > 0),
-        _log(_num(jobs, "checkpoint_interval_s")), np.isfinite(_num(jobs, "deadline_ts")),
-    ])
-    workload = np.column_stack([
-        _log(_num(jobs, "model_params")),
-        np.fromiter((PRECISION_BYTES.get(p, np.nan) if isinstance(p, str) else np.nan for p in precision), "float64", n),
-        _log(batch), _log(seq), _log(batch * seq),
-    ])
+    request = np.column_stack(
+        [
+            gpus,
+            share,
+            gpus * np.where(np.isfinite(share), share, 1.0),
+            _num(jobs, "num_nodes"),
+            _num(jobs, "cpus"),
+            _log(_num(jobs, "mem_mib")),
+            _log(limit),
+            np.isfinite(limit) & (limit > 0),
+            _log(_num(jobs, "checkpoint_interval_s")),
+            np.isfinite(_num(jobs, "deadline_ts")),
+        ]
+    )
+    workload = np.column_stack(
+        [
+            _log(_num(jobs, "model_params")),
+            np.fromiter(
+                (PRECISION_BYTES.get(p, np.nan) if isinstance(p, str) else np.nan for p in precision),
+                "float64",
+                n,
+            ),
+            _log(batch),
+            _log(seq),
+            _log(batch * seq),
+        ]
+    )
     seconds = np.mod(submit, 86400.0)
     days = np.floor(submit / 86400.0)
     weekday = np.mod(days + 3.0, 7.0)
     calendar = np.column_stack([seconds / 3600.0, weekday, weekday >= 5])
-    cats = np.column_stack([builder.vocabularies_[f].encode(object_column(jobs, c)) for f, c in CATEGORICAL_FEATURES.items()])
+    cats = np.column_stack(
+        [builder.vocabularies_[f].encode(object_column(jobs, c)) for f, c in CATEGORICAL_FEATURES.items()]
+    )
     hist = _history_block(state, submit, limit)
-    return np.hstack([request, workload, calendar, cats, hist, old_recent_runs_block(state)]).astype(np.float32)
+    return np.hstack([request, workload, calendar, cats, hist, old_recent_runs_block(state)]).astype(
+        np.float32
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +100,16 @@ def history() -> pd.DataFrame:
 def queries(history: pd.DataFrame) -> pd.DataFrame:
     jobs = generate(400, seed=22, start_ts=float(history["submit_ts"].max()) + 60.0)
     rng = np.random.default_rng(4)
-    for col in ("time_limit_s", "model_params", "batch_size", "seq_len", "num_gpus", "gpu_milli", "mem_mib", "cpus"):
+    for col in (
+        "time_limit_s",
+        "model_params",
+        "batch_size",
+        "seq_len",
+        "num_gpus",
+        "gpu_milli",
+        "mem_mib",
+        "cpus",
+    ):
         jobs.loc[rng.random(len(jobs)) < 0.2, col] = np.nan
     jobs.loc[rng.random(len(jobs)) < 0.1, "time_limit_s"] = 0.0
     jobs.loc[rng.random(len(jobs)) < 0.1, "batch_size"] = -1.0
@@ -83,7 +122,9 @@ def queries(history: pd.DataFrame) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("rows", [slice(0, 0), slice(0, 1), slice(3, 4), slice(0, 100), slice(0, 400)])
-def test_transform_array_equals_the_replaced_code(history: pd.DataFrame, queries: pd.DataFrame, rows: slice) -> None:
+def test_transform_array_equals_the_replaced_code(
+    history: pd.DataFrame, queries: pd.DataFrame, rows: slice
+) -> None:
     builder = JobFeatureBuilder().fit(history)
     jobs = queries.iloc[rows].reset_index(drop=True)
     store = HistoryStore(history)
@@ -100,7 +141,9 @@ def test_transform_array_equals_the_replaced_code(history: pd.DataFrame, queries
 def test_recent_runs_equal_the_replaced_code(history: pd.DataFrame, queries: pd.DataFrame) -> None:
     state = HistoryStore(history).state_for(queries)
     np.testing.assert_array_equal(recent_runs_block(state), old_recent_runs_block(state))
-    plain = HistoryState({k: np.ascontiguousarray(v) for k, v in state.values.items()})  # no block: stacked here
+    plain = HistoryState(
+        {k: np.ascontiguousarray(v) for k, v in state.values.items()}
+    )  # no block: stacked here
     assert plain.block is None
     np.testing.assert_array_equal(recent_runs_block(plain), old_recent_runs_block(state))
 
@@ -128,6 +171,7 @@ def test_category_lookup_on_odd_values() -> None:
 
 def test_state_for_with_odd_keys_equals_lookup_per_job(history: pd.DataFrame, queries: pd.DataFrame) -> None:
     """Keys that are not all strings or None take the per-job lookup; both give what it gives."""
+    from features.history import history_keys
     from features.history_state import _EMPTY_STATE
 
     store = HistoryStore(history)
@@ -136,11 +180,11 @@ def test_state_for_with_odd_keys_equals_lookup_per_job(history: pd.DataFrame, qu
     jobs["user"] = jobs["user"].astype(object)
     jobs.loc[[1, 2], "user"] = [7, np.nan]
     odd = store.state_for(jobs)
-    for k, kind in enumerate(KEY_KINDS):
+    keys = history_keys(jobs)
+    for kind in KEY_KINDS:
         table = store._state[kind]
-        from features.history import history_keys
-
-        want = np.array([table.get(key, _EMPTY_STATE) if isinstance(key, str) else _EMPTY_STATE
-                         for key in history_keys(jobs)[kind]])
+        want = np.array(
+            [table.get(key, _EMPTY_STATE) if isinstance(key, str) else _EMPTY_STATE for key in keys[kind]]
+        )
         np.testing.assert_array_equal(odd.values[kind], want)
     np.testing.assert_array_equal(plain.values["team"], odd.values["team"])

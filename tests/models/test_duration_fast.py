@@ -102,14 +102,16 @@ def test_the_bundle_uses_the_anchored_model(bundle: JobPredictorBundle) -> None:
 
 
 @pytest.mark.parametrize("rows", [slice(0, 1), slice(7, 8), slice(0, 100), slice(0, 300), slice(0, 0)])
-def test_predict_log_equals_the_replaced_code(bundle: JobPredictorBundle, features: np.ndarray, rows: slice) -> None:
+def test_predict_log_equals_the_replaced_code(
+    bundle: JobPredictorBundle, features: np.ndarray, rows: slice
+) -> None:
     X = features[rows]
     np.testing.assert_array_equal(bundle.duration.predict_log(X), ref_predict_log(bundle.duration, X))
 
 
 def test_every_single_row_equals_the_replaced_code(bundle: JobPredictorBundle, features: np.ndarray) -> None:
     for i in range(0, len(features), 7):
-        X = features[i:i + 1]
+        X = features[i : i + 1]
         np.testing.assert_array_equal(bundle.duration.predict_log(X), ref_predict_log(bundle.duration, X))
 
 
@@ -138,8 +140,12 @@ def test_parts_equal_the_per_column_methods(bundle: JobPredictorBundle, features
 
 def test_segment_ids_equal_the_replaced_code() -> None:
     rng = np.random.default_rng(3)
-    user_n = rng.choice([np.nan, -np.inf, np.inf, -1.0, 0.0, 1.0, 2.0, 3.0, 9.5, 10.0, 50.0], 500).astype(np.float32)
-    spread = rng.choice([np.nan, np.inf, -np.inf, -0.1, 0.0, 0.7, 0.69, 1.5, 2.9, 3.0, 9.0], 500).astype(np.float32)
+    user_n = rng.choice([np.nan, -np.inf, np.inf, -1.0, 0.0, 1.0, 2.0, 3.0, 9.5, 10.0, 50.0], 500).astype(
+        np.float32
+    )
+    spread = rng.choice([np.nan, np.inf, -np.inf, -0.1, 0.0, 0.7, 0.69, 1.5, 2.9, 3.0, 9.0], 500).astype(
+        np.float32
+    )
     has = rng.random(500) < 0.5
     np.testing.assert_array_equal(segment_ids(user_n, has, spread), ref_segment_ids(user_n, has, spread))
     np.testing.assert_array_equal(segment_ids(user_n, has), ref_segment_ids(user_n, has))
@@ -151,8 +157,11 @@ def test_apply_with_unknown_segments_and_names(bundle: JobPredictorBundle) -> No
     rng = np.random.default_rng(9)
     n = 200
     q = np.sort(rng.normal(size=(n, 3)), axis=1)
-    base = {"user_last2": np.where(rng.random(n) < 0.3, np.nan, rng.normal(size=n)), "user_recent": rng.normal(size=n),
-            "offset": np.where(rng.random(n) < 0.5, 0.0, np.nan)}
+    base = {
+        "user_last2": np.where(rng.random(n) < 0.3, np.nan, rng.normal(size=n)),
+        "user_recent": rng.normal(size=n),
+        "offset": np.where(rng.random(n) < 0.5, 0.0, np.nan),
+    }
     emp = np.where(rng.random((n, 2)) < 0.2, np.nan, rng.normal(size=(n, 2)))
     plan.point[4] = "no-such-candidate"  # falls back on the model's point
     plan.interval.setdefault(4, ("empirical", 0.1, 0.2))

@@ -49,15 +49,19 @@ def old_topology_design(jobs):  # noqa: ANN001, ANN201
 
     method = object_column(jobs, "finetune_method")
     precision = object_column(jobs, "precision")
-    return np.column_stack([
-        log(numeric_column(jobs, "model_params")),
-        log(numeric_column(jobs, "num_gpus")),
-        np.array([float(m in ("lora", "qlora")) if isinstance(m, str) else np.nan for m in method]),
-        np.array([(4.0 if p in ("fp32", "tf32") else 2.0) if isinstance(p, str) else np.nan for p in precision]),
-        log(numeric_column(jobs, "batch_size")),
-        log(numeric_column(jobs, "seq_len")),
-        np.log(np.maximum(old_prior_kappa(jobs), 1e-4)),
-    ])
+    return np.column_stack(
+        [
+            log(numeric_column(jobs, "model_params")),
+            log(numeric_column(jobs, "num_gpus")),
+            np.array([float(m in ("lora", "qlora")) if isinstance(m, str) else np.nan for m in method]),
+            np.array(
+                [(4.0 if p in ("fp32", "tf32") else 2.0) if isinstance(p, str) else np.nan for p in precision]
+            ),
+            log(numeric_column(jobs, "batch_size")),
+            log(numeric_column(jobs, "seq_len")),
+            np.log(np.maximum(old_prior_kappa(jobs), 1e-4)),
+        ]
+    )
 
 
 def varied(later_jobs: pd.DataFrame) -> pd.DataFrame:
@@ -85,15 +89,23 @@ def test_prior_and_design_equal_the_replaced_code(later_jobs: pd.DataFrame, rows
             np.testing.assert_array_equal(topology_design(view), want)
 
 
-def test_predict_equals_the_replaced_inputs(bundle: JobPredictorBundle, later_jobs: pd.DataFrame,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_predict_equals_the_replaced_inputs(
+    bundle: JobPredictorBundle, later_jobs: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import models.topology as topology
 
     jobs = varied(later_jobs)
     with np.errstate(invalid="ignore", over="ignore"):
         got = bundle.topology.predict(jobs)
-        monkeypatch.setattr(topology, "_inputs", lambda j: (old_prior_kappa(j), old_topology_design(j), np.nan_to_num(
-            numeric_column(j, "num_gpus"), nan=1.0)))
+        monkeypatch.setattr(
+            topology,
+            "_inputs",
+            lambda j: (
+                old_prior_kappa(j),
+                old_topology_design(j),
+                np.nan_to_num(numeric_column(j, "num_gpus"), nan=1.0),
+            ),
+        )
         want = bundle.topology.predict(jobs)
     np.testing.assert_array_equal(got, want)
 
@@ -105,7 +117,11 @@ def old_predict(est, jobs):  # noqa: ANN001, ANN201
 
     design = old_topology_design(jobs)
     gpus = np.nan_to_num(numeric_column(jobs, "num_gpus"), nan=1.0)
-    log_kappa = predict_booster(est.booster_, design) if est.booster_ is not None else design[:, -1] + est.log_kappa_offset_
+    log_kappa = (
+        predict_booster(est.booster_, design)
+        if est.booster_ is not None
+        else design[:, -1] + est.log_kappa_offset_
+    )
     if est.family_log_kappa_:
         for i, f in enumerate(family_keys(jobs)):
             hit = est.family_log_kappa_.get(f) if isinstance(f, str) else None
@@ -117,13 +133,16 @@ def old_predict(est, jobs):  # noqa: ANN001, ANN201
     return slowdowns(kappa, est.w_)
 
 
-def test_predict_with_known_families_equals_the_replaced_code(bundle: JobPredictorBundle, synth_jobs: pd.DataFrame,
-                                                               later_jobs: pd.DataFrame) -> None:
+def test_predict_with_known_families_equals_the_replaced_code(
+    bundle: JobPredictorBundle, synth_jobs: pd.DataFrame, later_jobs: pd.DataFrame
+) -> None:
     from features.history import family_keys
 
     est = bundle.topology
     jobs = pd.concat([synth_jobs.head(300), varied(later_jobs).head(50)], ignore_index=True)
-    assert est.family_log_kappa_ and any(f in est.family_log_kappa_ for f in family_keys(jobs) if isinstance(f, str))
+    assert est.family_log_kappa_ and any(
+        f in est.family_log_kappa_ for f in family_keys(jobs) if isinstance(f, str)
+    )
     with np.errstate(invalid="ignore", over="ignore"):
         for rows in (slice(0, 1), slice(0, 350), slice(300, 350)):
             part = jobs.iloc[rows].reset_index(drop=True)
