@@ -33,7 +33,7 @@ Features (``FEATURE_NAMES``)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
 
 import numpy as np
 import pandas as pd
@@ -183,6 +183,17 @@ class _Vocabulary:
 _PLAIN = frozenset({str, type(None)})
 
 
+def _lookup_many(tables: list[dict[str, float]], columns: list[np.ndarray], n: int) -> np.ndarray:
+    """``_lookup`` of each column in its table, shape (len(columns), n), in one pass when every value
+    is a ``str`` or None."""
+    if all(_PLAIN.issuperset(map(type, values)) for values in columns):
+        found = chain.from_iterable(
+            map(t.get, values, repeat(np.nan, n)) for t, values in zip(tables, columns, strict=True)
+        )
+        return np.fromiter(found, "float64", n * len(columns)).reshape(len(columns), n)
+    return np.array([_lookup(t, values) for t, values in zip(tables, columns, strict=True)]).reshape(len(columns), n)
+
+
 def _lookup(table: dict[str, float], values: np.ndarray) -> np.ndarray:
     """``table[v]`` per value as float64, NaN where ``v`` is not a key or not a string. Values that are
     all ``str`` or None (what ``object_column`` gives) are looked up without a Python frame per value."""
@@ -300,15 +311,16 @@ class JobFeatureBuilder:
         out[:, _AT["gpu_total"]] = gpus * np.where(np.isfinite(share), share, 1.0)
         out[:, _AT["has_time_limit"]] = np.isfinite(limit) & (limit > 0)
         out[:, _AT["has_deadline"]] = np.isfinite(raw[_RAW_AT["deadline_ts"]])
-        out[:, _AT["precision_bytes"]] = _lookup(PRECISION_BYTES, object_column(jobs, "precision"))
+        # the precision's bytes and the category codes: one lookup pass over the seven columns
+        tables = [PRECISION_BYTES, *(self.vocabularies_[f].codes for f in CATEGORICAL_FEATURES)]
+        values = [object_column(jobs, c) for c in _LOOKED_UP]
+        out[:, _LOOKUP_AT] = _lookup_many(tables, values, n).T
         seconds = np.mod(submit, 86400.0)
         days = np.floor(submit / 86400.0)
         weekday = np.mod(days + 3.0, 7.0)  # 1970-01-01 was a Thursday: Monday = 0
         out[:, _AT["hour_utc"]] = seconds / 3600.0
         out[:, _AT["weekday"]] = weekday
         out[:, _AT["weekend"]] = weekday >= 5
-        for f, c in CATEGORICAL_FEATURES.items():
-            out[:, _AT[f]] = self.vocabularies_[f].encode(object_column(jobs, c))
         S = state.stacked()
         out[:, _HISTORY_AT] = _history_from(S, submit, logs[_RAW_AT["time_limit_s"]])
         out[:, _RECENT_AT] = recent_runs_from(S)
@@ -329,6 +341,9 @@ _LOG_FROM = np.array([_RAW_AT[c] for c in _LOGGED.values()] + [_BATCH_X_SEQ])
 _LOG_AT = np.array([_AT[f] for f in _LOGGED] + [_AT["log_tokens_per_step"]])
 _PLAIN_FROM = np.array([_RAW_AT[c] for c in ("num_gpus", "num_nodes", "cpus")])
 _PLAIN_AT = np.array([_AT[f] for f in ("num_gpus", "num_nodes", "cpus")])
+#: Looked-up columns (the precision's bytes, then the categories) and their feature columns.
+_LOOKED_UP = ("precision", *CATEGORICAL_FEATURES.values())
+_LOOKUP_AT = np.array([_AT["precision_bytes"], *(_AT[f] for f in CATEGORICAL_FEATURES)])
 _HISTORY_AT = slice(_AT[_HISTORY[0]], _AT[_HISTORY[-1]] + 1)
 _RECENT_AT = slice(_AT[RECENT_FEATURES[0]], _AT[RECENT_FEATURES[-1]] + 1)
 

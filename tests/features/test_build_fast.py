@@ -188,3 +188,14 @@ def test_state_for_with_odd_keys_equals_lookup_per_job(history: pd.DataFrame, qu
         )
         np.testing.assert_array_equal(odd.values[kind], want)
     np.testing.assert_array_equal(plain.values["team"], odd.values["team"])
+
+
+def test_transform_array_with_odd_category_values(history: pd.DataFrame, queries: pd.DataFrame) -> None:
+    builder = JobFeatureBuilder().fit(history)
+    jobs = queries.head(20).copy()
+    jobs["queue"] = jobs["queue"].astype(object)
+    jobs.loc[[0, 3], "queue"] = [5, np.str_(str(jobs["queue"].iloc[1]))]
+    state = HistoryStore(history).state_for(jobs)
+    np.testing.assert_array_equal(
+        builder.transform_array(jobs, state), old_transform_array(builder, jobs, state)
+    )
