@@ -33,6 +33,7 @@ Features (``FEATURE_NAMES``)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain, repeat
 
 import numpy as np
 import pandas as pd
@@ -50,7 +51,7 @@ from features.history import (
     numeric_column,
     object_column,
 )
-from features.recent_runs import RECENT_FEATURES, recent_runs_block
+from features.recent_runs import RECENT_FEATURES, recent_runs_from
 
 __all__ = [
     "FEATURE_PIPELINE_VERSION",
@@ -111,49 +112,61 @@ def _log(x: np.ndarray) -> np.ndarray:
         return np.where(x > 0, np.log(np.where(x > 0, x, 1.0)), np.nan)
 
 
-def _history_block(state: HistoryState, submit: np.ndarray, time_limit: np.ndarray) -> np.ndarray:
-    """History features (columns ``_HISTORY``) from a history state; shared by batch and serving.
+_RATIO_NUM = np.array([_STATE_INDEX[f] for f in ("sum_logd", "n_fail", "sum_ratio", "n_short", "n_at_limit", "sum_log_peak")])
+_RATIO_DEN = np.array([_STATE_INDEX[f] for f in ("n_dur", "n_ended", "n_ratio", "n_dur", "n_ratio", "n_peak")])
+#: Where each of those ratios goes among ``_HISTORY_STATS``.
+_RATIO_AT = np.array([_HISTORY_STATS.index(f) for f in ("mean_logd", "fail_rate", "mean_ratio", "short_rate",
+                                                          "limit_rate", "mean_log_peak")])
+_COPIED = ("median_logd", "last1_logd", "last2_logd", "last_ratio", "last_log_peak", "last_peak_log_tokens")
+_COPY_FROM = np.array([_STATE_INDEX[f] for f in _COPIED])
+_COPY_AT = np.array([_HISTORY_STATS.index(f) for f in _COPIED])
+_LOGGED_STATE = np.array([_STATE_INDEX["last_limit_s"], _STATE_INDEX["last_peak_gpus"]])
+#: The statistics computed one by one.
+_N, _STD, _GPU_HOURS, _SINCE, _LIMIT_VS_LAST, _RATIO_ESTIMATE, _LAST_RATIO_ESTIMATE, _PEAK_GPUS = (
+    _HISTORY_STATS.index(f) for f in ("n", "std_logd", "log_gpu_hours_per_job", "log_hours_since_last_end",
+                                      "limit_vs_last", "ratio_estimate", "last_ratio_estimate", "log_last_peak_gpus"))
 
-    All key kinds at once: each statistic is one array operation over (kinds, jobs), not one per kind
-    (a serving request scores a few rows, where the number of numpy calls is the cost).
+
+def _history_block(state: HistoryState, submit: np.ndarray, time_limit: np.ndarray) -> np.ndarray:
+    """History features (columns ``_HISTORY``) from a history state; shared by batch and serving."""
+    return _history_from(state.stacked(), submit, _log(time_limit))
+
+
+def _history_from(S: np.ndarray, submit: np.ndarray, log_limit: np.ndarray) -> np.ndarray:
+    """``_history_block`` from ``HistoryState.stacked()`` (jobs, kinds, fields) and ``_log(time_limit)``.
+
+    All key kinds and alike statistics at once (the six count ratios are one division, the copied
+    fields one gather): a serving request scores a few rows, where the number of numpy calls is the
+    cost.
     """
     n = len(submit)
-    S = np.stack([state.values[kind] for kind in KEY_KINDS])  # (kinds, jobs, STATE_FIELDS)
+    out = np.empty((n, len(KEY_KINDS), len(_HISTORY_STATS)))
 
     def f(name: str) -> np.ndarray:
         return S[:, :, _STATE_INDEX[name]]
 
-    log_limit = _log(time_limit)[None, :]
-    submit = submit[None, :]
-    n_ended, n_dur, n_ratio = f("n_ended"), f("n_dur"), f("n_ratio")
+    log_limit = log_limit[:, None]
+    n_ended, n_dur = f("n_ended"), f("n_dur")
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(n_dur > 0, f("sum_logd") / n_dur, np.nan)
+        den = S[:, :, _RATIO_DEN]
+        ratios = np.where(den > 0, S[:, :, _RATIO_NUM] / den, np.nan)
+        out[:, :, _RATIO_AT] = ratios
+        mean, mean_ratio = ratios[:, :, 0], ratios[:, :, 2]
         var = np.where(n_dur > 1, f("sum_logd2") / n_dur - mean * mean, np.nan)
-        mean_ratio = np.where(n_ratio > 0, f("sum_ratio") / n_ratio, np.nan)
-        stats = [
-            np.minimum(n_ended, COUNT_CAP),
-            mean,
-            np.sqrt(np.maximum(var, 0.0)),
-            f("median_logd"),
-            f("last1_logd"),
-            f("last2_logd"),
-            np.where(n_ended > 0, f("n_fail") / n_ended, np.nan),
-            np.where(n_ended > 0, np.log1p(f("gpu_hours") / n_ended), np.nan),
-            mean_ratio,
-            f("last_ratio"),
-            np.where(n_ended > 0, np.log1p(np.maximum(submit - f("last_end_ts"), 0.0) / 3600.0), np.nan),
-            log_limit - _log(f("last_limit_s")),
-            log_limit + mean_ratio,
-            log_limit + f("last_ratio"),
-            np.where(n_dur > 0, f("n_short") / n_dur, np.nan),
-            np.where(n_ratio > 0, f("n_at_limit") / n_ratio, np.nan),
-            np.where(f("n_peak") > 0, f("sum_log_peak") / f("n_peak"), np.nan),
-            f("last_log_peak"),
-            _log(f("last_peak_gpus")),
-            f("last_peak_log_tokens"),
-        ]
-    # (kinds, jobs, stats) -> (jobs, kinds x stats): kind-major columns, as ``_HISTORY`` lists them
-    return np.stack(stats, axis=-1).transpose(1, 0, 2).reshape(n, len(KEY_KINDS) * len(_HISTORY_STATS))
+        out[:, :, _COPY_AT] = S[:, :, _COPY_FROM]
+        logged = _log(S[:, :, _LOGGED_STATE])
+        out[:, :, _N] = np.minimum(n_ended, COUNT_CAP)
+        out[:, :, _STD] = np.sqrt(np.maximum(var, 0.0))
+        out[:, :, _GPU_HOURS] = np.where(n_ended > 0, np.log1p(f("gpu_hours") / n_ended), np.nan)
+        out[:, :, _SINCE] = np.where(n_ended > 0, np.log1p(np.maximum(submit[:, None] - f("last_end_ts"), 0.0) / 3600.0),
+                                     np.nan)
+        out[:, :, _LIMIT_VS_LAST] = log_limit - logged[:, :, 0]
+        out[:, :, _RATIO_ESTIMATE] = log_limit + mean_ratio
+        out[:, :, _LAST_RATIO_ESTIMATE] = log_limit + f("last_ratio")
+        out[:, :, _PEAK_GPUS] = logged[:, :, 1]
+    # (jobs, kinds, stats) -> (jobs, kinds x stats): kind-major columns, as ``_HISTORY`` lists them
+    return out.reshape(n, len(KEY_KINDS) * len(_HISTORY_STATS))
+
 
 
 @dataclass
@@ -164,8 +177,30 @@ class _Vocabulary:
 
     def encode(self, values: np.ndarray) -> np.ndarray:
         """Codes for an object array of categories (NaN for unknown or null)."""
-        get = self.codes.get
-        return np.fromiter((get(v, np.nan) if isinstance(v, str) else np.nan for v in values), "float64", len(values))
+        return _lookup(self.codes, values)
+
+
+_PLAIN = frozenset({str, type(None)})
+
+
+def _lookup_many(tables: list[dict[str, float]], columns: list[np.ndarray], n: int) -> np.ndarray:
+    """``_lookup`` of each column in its table, shape (len(columns), n), in one pass when every value
+    is a ``str`` or None."""
+    if all(_PLAIN.issuperset(map(type, values)) for values in columns):
+        found = chain.from_iterable(
+            map(t.get, values, repeat(np.nan, n)) for t, values in zip(tables, columns, strict=True)
+        )
+        return np.fromiter(found, "float64", n * len(columns)).reshape(len(columns), n)
+    return np.array([_lookup(t, values) for t, values in zip(tables, columns, strict=True)]).reshape(len(columns), n)
+
+
+def _lookup(table: dict[str, float], values: np.ndarray) -> np.ndarray:
+    """``table[v]`` per value as float64, NaN where ``v`` is not a key or not a string. Values that are
+    all ``str`` or None (what ``object_column`` gives) are looked up without a Python frame per value."""
+    n = len(values)
+    if _PLAIN.issuperset(map(type, values)):  # None is no key: NaN
+        return np.fromiter(map(table.get, values, repeat(np.nan, n)), "float64", n)
+    return np.fromiter((table.get(v, np.nan) if isinstance(v, str) else np.nan for v in values), "float64", n)
 
 
 class JobFeatureBuilder:
@@ -252,36 +287,65 @@ class JobFeatureBuilder:
         return pd.DataFrame(self.transform_array(jobs, state), columns=list(FEATURE_NAMES), index=jobs.index)
 
     def transform_array(self, jobs: pd.DataFrame | JobColumns, state: HistoryState) -> np.ndarray:
-        """``transform`` as a bare float32 array (the fast path used when scoring)."""
+        """``transform`` as a bare float32 array (the fast path used when scoring).
+
+        Written block by block into one float32 array (the columns that take a log are one ``_log``
+        over a stacked block): a few numpy calls per request instead of one or more per column; the
+        values are the same as computing each column and casting the whole to float32."""
         n = len(jobs)
         submit = _num(jobs, "submit_ts")
         if np.isnan(submit).any():
             row = int(np.flatnonzero(np.isnan(submit))[0])
             raise InputError(f"job {object_column(jobs, 'job_id')[row]!s}: submit_ts is missing or not a number")
-        gpus = _num(jobs, "num_gpus")
-        share = _num(jobs, "gpu_milli") / 1000.0
-        limit = _num(jobs, "time_limit_s")
-        batch, seq = _num(jobs, "batch_size"), _num(jobs, "seq_len")
-        precision = object_column(jobs, "precision")
-        request = np.column_stack([
-            gpus, share, gpus * np.where(np.isfinite(share), share, 1.0), _num(jobs, "num_nodes"),
-            _num(jobs, "cpus"), _log(_num(jobs, "mem_mib")), _log(limit), np.isfinite(limit) & (limit > 0),
-            _log(_num(jobs, "checkpoint_interval_s")), np.isfinite(_num(jobs, "deadline_ts")),
-        ])
-        workload = np.column_stack([
-            _log(_num(jobs, "model_params")),
-            np.fromiter((PRECISION_BYTES.get(p, np.nan) if isinstance(p, str) else np.nan for p in precision), "float64", n),
-            _log(batch), _log(seq), _log(batch * seq),
-        ])
+        raw = np.empty((len(_RAW) + 1, n))
+        for i, col in enumerate(_RAW):
+            raw[i] = _num(jobs, col)
+        raw[_BATCH_X_SEQ] = raw[_RAW_AT["batch_size"]] * raw[_RAW_AT["seq_len"]]
+        logs = _log(raw[_LOG_FROM])
+        gpus, limit = raw[_RAW_AT["num_gpus"]], raw[_RAW_AT["time_limit_s"]]
+        share = raw[_RAW_AT["gpu_milli"]] / 1000.0
+        out = np.empty((n, len(FEATURE_NAMES)), dtype=np.float32)
+        out[:, _LOG_AT] = logs.T
+        out[:, _PLAIN_AT] = raw[_PLAIN_FROM].T
+        out[:, _AT["gpu_share"]] = share
+        out[:, _AT["gpu_total"]] = gpus * np.where(np.isfinite(share), share, 1.0)
+        out[:, _AT["has_time_limit"]] = np.isfinite(limit) & (limit > 0)
+        out[:, _AT["has_deadline"]] = np.isfinite(raw[_RAW_AT["deadline_ts"]])
+        # the precision's bytes and the category codes: one lookup pass over the seven columns
+        tables = [PRECISION_BYTES, *(self.vocabularies_[f].codes for f in CATEGORICAL_FEATURES)]
+        values = [object_column(jobs, c) for c in _LOOKED_UP]
+        out[:, _LOOKUP_AT] = _lookup_many(tables, values, n).T
         seconds = np.mod(submit, 86400.0)
         days = np.floor(submit / 86400.0)
         weekday = np.mod(days + 3.0, 7.0)  # 1970-01-01 was a Thursday: Monday = 0
-        calendar = np.column_stack([seconds / 3600.0, weekday, weekday >= 5])
-        cats = np.column_stack([
-            self.vocabularies_[f].encode(object_column(jobs, c)) for f, c in CATEGORICAL_FEATURES.items()
-        ])
-        hist = _history_block(state, submit, limit)
-        return np.hstack([request, workload, calendar, cats, hist, recent_runs_block(state)]).astype(np.float32)
+        out[:, _AT["hour_utc"]] = seconds / 3600.0
+        out[:, _AT["weekday"]] = weekday
+        out[:, _AT["weekend"]] = weekday >= 5
+        S = state.stacked()
+        out[:, _HISTORY_AT] = _history_from(S, submit, logs[_RAW_AT["time_limit_s"]])
+        out[:, _RECENT_AT] = recent_runs_from(S)
+        return out
+
+
+#: Numeric job columns ``transform_array`` reads (a row each of one block, batch x sequence after
+#: them); which of them are features after a log (``_LOG_FROM`` -> ``_LOG_AT``) and which as they are.
+_RAW = ("mem_mib", "time_limit_s", "checkpoint_interval_s", "model_params", "batch_size", "seq_len",
+        "num_gpus", "num_nodes", "cpus", "gpu_milli", "deadline_ts")
+_RAW_AT = {c: i for i, c in enumerate(_RAW)}
+_BATCH_X_SEQ = len(_RAW)
+_AT = {name: i for i, name in enumerate(FEATURE_NAMES)}
+_LOGGED = {"log_mem_mib": "mem_mib", "log_time_limit_s": "time_limit_s", "log_checkpoint_interval_s":
+           "checkpoint_interval_s", "log_model_params": "model_params", "log_batch_size": "batch_size",
+           "log_seq_len": "seq_len"}
+_LOG_FROM = np.array([_RAW_AT[c] for c in _LOGGED.values()] + [_BATCH_X_SEQ])
+_LOG_AT = np.array([_AT[f] for f in _LOGGED] + [_AT["log_tokens_per_step"]])
+_PLAIN_FROM = np.array([_RAW_AT[c] for c in ("num_gpus", "num_nodes", "cpus")])
+_PLAIN_AT = np.array([_AT[f] for f in ("num_gpus", "num_nodes", "cpus")])
+#: Looked-up columns (the precision's bytes, then the categories) and their feature columns.
+_LOOKED_UP = ("precision", *CATEGORICAL_FEATURES.values())
+_LOOKUP_AT = np.array([_AT["precision_bytes"], *(_AT[f] for f in CATEGORICAL_FEATURES)])
+_HISTORY_AT = slice(_AT[_HISTORY[0]], _AT[_HISTORY[-1]] + 1)
+_RECENT_AT = slice(_AT[RECENT_FEATURES[0]], _AT[RECENT_FEATURES[-1]] + 1)
 
 
 def _require(jobs: pd.DataFrame, cols: tuple[str, ...]) -> None:

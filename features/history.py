@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from bisect import insort
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 import pandas as pd
@@ -76,6 +77,10 @@ __all__ = [
     "object_column",
     "JobColumns",
 ]
+
+
+#: Key types ``state_for`` looks up directly (None is no key of a table: the empty state).
+_PLAIN_KEYS = frozenset({str, type(None)})
 
 
 @dataclass
@@ -221,12 +226,17 @@ class HistoryStore:
             self._build()
         assert self._state is not None
         keys = history_keys(jobs)
-        values = {}
-        for kind in KEY_KINDS:
-            table = self._state[kind]
-            rows = [table.get(k, _EMPTY_STATE) if isinstance(k, str) else _EMPTY_STATE for k in keys[kind]]
-            values[kind] = np.array(rows, dtype="float64").reshape(len(jobs), len(STATE_FIELDS))
-        return HistoryState(values)
+        rows = []
+        for kind in KEY_KINDS:  # kind-major, one array for all: (kinds, jobs, fields), views per kind
+            table, wanted = self._state[kind], keys[kind]
+            get = table.get
+            if None not in table and _PLAIN_KEYS.issuperset(map(type, wanted)):  # no Python frame per job
+                rows += map(get, wanted, repeat(_EMPTY_STATE, len(wanted)))
+            else:
+                rows += [get(k, _EMPTY_STATE) if isinstance(k, str) else _EMPTY_STATE for k in wanted]
+        block = (np.concatenate(rows) if rows else np.empty(0)).reshape(len(KEY_KINDS), len(jobs), len(STATE_FIELDS))
+        block = block.transpose(1, 0, 2)  # (jobs, kinds, fields)
+        return HistoryState({kind: block[:, k, :] for k, kind in enumerate(KEY_KINDS)}, block)
 
     def __getstate__(self) -> dict:
         return {"events": self.events}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -145,13 +145,28 @@ def ended_events(jobs: pd.DataFrame, keys: dict[str, np.ndarray] | None = None) 
 
 @dataclass
 class HistoryState:
-    """History statistics per query job: ``values[kind]`` has shape (n_jobs, len(STATE_FIELDS))."""
+    """History statistics per query job: ``values[kind]`` has shape (n_jobs, len(STATE_FIELDS)).
+
+    ``block``, when given, is the same statistics as one array (n_jobs, len(KEY_KINDS),
+    len(STATE_FIELDS)) that the ``values`` are views of (``HistoryStore.state_for`` builds it so);
+    ``stacked`` returns it instead of stacking again.
+    """
 
     values: dict[str, np.ndarray]
+    block: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def get(self, kind: str, name: str) -> np.ndarray:
         """One statistic (column of ``STATE_FIELDS``) for one key kind, shape (n_jobs,)."""
         return self.values[kind][:, _F[name]]
+
+    def stacked(self) -> np.ndarray:
+        """Every statistic of every key kind, shape (n_jobs, len(KEY_KINDS), len(STATE_FIELDS))."""
+        block = self.block
+        if block is not None:
+            owner = block if block.base is None else block.base
+            if all(self.values[kind].base is owner for kind in KEY_KINDS):
+                return block
+        return np.stack([self.values[kind] for kind in KEY_KINDS], axis=1)
 
 
 # ---------------------------------------------------------------------------------------------

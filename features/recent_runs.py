@@ -20,29 +20,33 @@ from __future__ import annotations
 
 import numpy as np
 
-from features.history import KEY_KINDS, HistoryState
+from features.history import KEY_KINDS, STATE_FIELDS, HistoryState
 
-__all__ = ["RECENT_STATS", "RECENT_FEATURES", "recent_runs_block"]
+__all__ = ["RECENT_STATS", "RECENT_FEATURES", "recent_runs_block", "recent_runs_from"]
 
 RECENT_STATS: tuple[str, ...] = ("log_mean_d", "log_last2_d", "recent_logd", "recent_q10_logd", "recent_q90_logd")
 #: Column names, kind-major, in ``recent_runs_block``'s order.
 RECENT_FEATURES: tuple[str, ...] = tuple(f"{kind}_{stat}" for kind in KEY_KINDS for stat in RECENT_STATS)
 
 
+_F = {name: i for i, name in enumerate(STATE_FIELDS)}
+_COPIED = np.array([_F["recent_logd"], _F["recent_q10_logd"], _F["recent_q90_logd"]])
+
+
 def recent_runs_block(state: HistoryState) -> np.ndarray:
     """The ``RECENT_FEATURES`` columns for the jobs of ``state``, shape (n_jobs, len(RECENT_FEATURES))."""
-    cols = []
+    return recent_runs_from(state.stacked())
+
+
+def recent_runs_from(S: np.ndarray) -> np.ndarray:
+    """``recent_runs_block`` from ``HistoryState.stacked()`` (jobs, kinds, fields): all kinds at once."""
+    n, kinds = S.shape[0], S.shape[1]
+    out = np.empty((n, kinds, len(RECENT_STATS)))
     with np.errstate(divide="ignore", invalid="ignore"):
-        for kind in KEY_KINDS:
-            n_dur = state.get(kind, "n_dur")
-            mean_d = np.where(n_dur > 0, state.get(kind, "sum_d") / n_dur, np.nan)
-            last2 = state.get(kind, "last2_d")
-            cols += [
-                np.log(np.where(mean_d > 0, np.maximum(mean_d, 1.0), np.nan)),
-                np.log(np.where(last2 > 0, np.maximum(last2, 1.0), np.nan)),
-                state.get(kind, "recent_logd"),
-                state.get(kind, "recent_q10_logd"),
-                state.get(kind, "recent_q90_logd"),
-            ]
-    n = len(state.values[KEY_KINDS[0]])
-    return np.column_stack(cols) if cols else np.empty((n, 0))
+        n_dur = S[:, :, _F["n_dur"]]
+        means = np.empty((n, kinds, 2))
+        means[:, :, 0] = np.where(n_dur > 0, S[:, :, _F["sum_d"]] / n_dur, np.nan)  # mean run time
+        means[:, :, 1] = S[:, :, _F["last2_d"]]  # mean of the latest two
+        out[:, :, :2] = np.log(np.where(means > 0, np.maximum(means, 1.0), np.nan))
+    out[:, :, 2:] = S[:, :, _COPIED]
+    return out.reshape(n, kinds * len(RECENT_STATS))

@@ -53,20 +53,35 @@ def prepare_jobs(jobs: pd.DataFrame, now: float | None) -> pd.DataFrame:
 
 class _ArrayJobColumns(JobColumns):
     """A ``JobColumns`` whose columns are already typed arrays (``numeric_column`` / ``object_column``
-    values); the frame is read only for a column the arrays lack or hold with another type."""
+    values); the frame is read only for a column the arrays lack or hold with another type. Each array
+    is checked when its column is first read (a request reads a third of the canonical columns)."""
 
-    __slots__ = ()
+    __slots__ = ("_arrays", "_n")
 
     def __init__(self, frame: pd.DataFrame, arrays: Mapping[str, np.ndarray]) -> None:
         super().__init__(frame)
-        n = len(frame)
-        for col, values in arrays.items():
-            if not isinstance(values, np.ndarray) or values.ndim != 1 or len(values) != n:
-                continue
-            if values.dtype == np.float64:
-                self._num[col] = values
-            elif values.dtype == object:
-                self._obj[col] = values
+        self._arrays = arrays
+        self._n = len(frame)
+
+    def _array(self, col: str, dtype: type) -> np.ndarray | None:
+        values = self._arrays.get(col)
+        if isinstance(values, np.ndarray) and values.ndim == 1 and len(values) == self._n and values.dtype == dtype:
+            return values
+        return None
+
+    def num(self, col: str) -> np.ndarray:
+        got = self._num.get(col)
+        if got is None:
+            got = self._array(col, np.float64)
+            self._num[col] = got if got is not None else numeric_column(self.frame, col)
+        return self._num[col]
+
+    def obj(self, col: str) -> np.ndarray:
+        got = self._obj.get(col)
+        if got is None:
+            got = self._array(col, object)
+            self._obj[col] = got if got is not None else object_column(self.frame, col)
+        return self._obj[col]
 
 
 def job_view(jobs: pd.DataFrame, now: float | None, columns: Mapping[str, np.ndarray] | None = None) -> JobColumns:

@@ -345,19 +345,56 @@ class DurationEstimator:
 
     def predict_log(self, X: np.ndarray) -> np.ndarray:
         """Calibrated, non-crossing log-duration quantiles, shape (n, 3)."""
-        q = self._model_quantiles(X)
-        if self.plan_ is not None:
-            seg, baselines, empirical = self._segment_inputs(X)
-            out = self.plan_.apply(seg, q, baselines, empirical)
-            names = self.design_.names
-            if "user_last1_logd" in names:
-                last1 = X[:, names.index("user_last1_logd")].astype(np.float64) - self.design_.offset(X)
-                near = np.isfinite(last1) & (np.abs(out[:, 1] - last1) < SNAP_LOG)
-                out[:, 1] = np.clip(np.where(near, last1, out[:, 1]), out[:, 0], out[:, 2])
-            return out
-        q[:, 0] -= self.shift_lo_
-        q[:, 2] += self.shift_hi_
-        return np.sort(q, axis=1)
+        if self.plan_ is None:
+            q = self._model_quantiles(X)
+            q[:, 0] -= self.shift_lo_
+            q[:, 2] += self.shift_hi_
+            return np.sort(q, axis=1)
+        return self._predict_anchored(X)
+
+    def _predict_anchored(self, X: np.ndarray) -> np.ndarray:
+        """``predict_log`` of the anchored model: the steps of ``_model_quantiles``, ``_segment_inputs``,
+        ``SegmentPlan.apply`` and the snap to the user's latest run, with the offset, baselines, anchor
+        and booster input computed once (``AnchoredDesign.parts``) and each booster called on the same
+        float64 matrix (the float32 design, widened once: exact)."""
+        d = self.design_
+        assert d is not None and self.plan_ is not None
+        pos = d.positions
+        index = pos.index
+        n = len(X)
+        off, limit, base, anchor = d.parts(X)
+        Xd = d.design_from(X, base, anchor).astype(np.float64)
+        raw = np.empty((n, len(self.boosters_)))
+        for j, booster in enumerate(self.boosters_):
+            raw[:, j] = predict_booster(booster, Xd)
+        raw.sort(axis=1)
+        q = raw + anchor[:, None]
+        i_has = index.get("has_time_limit")
+        has_limit = X[:, i_has] > 0 if i_has is not None else np.zeros(n, bool)
+        i_lo, i_hi = index.get("user_recent_q10_logd"), index.get("user_recent_q90_logd")
+        spread = X[:, i_hi] - X[:, i_lo] if i_hi is not None else None
+        seg = segment_ids(X[:, index["user_n"]], has_limit, spread)
+        empirical = self._empirical_from(X, off)
+        candidates = {name: base[:, j] for j, name in enumerate(pos.available) if name != "requested_time"}
+        candidates["offset"] = np.where(np.isfinite(limit), 0.0, np.nan)
+        if self.mode_booster_ is not None:
+            candidates["model_mode"] = predict_booster(self.mode_booster_, Xd) + anchor
+        out = self.plan_.apply(seg, q, candidates, empirical)
+        i_last1 = index.get("user_last1_logd")
+        if i_last1 is not None:
+            last1 = X[:, i_last1].astype(np.float64) - off
+            near = np.isfinite(last1) & (np.abs(out[:, 1] - last1) < SNAP_LOG)
+            out[:, 1] = np.clip(np.where(near, last1, out[:, 1]), out[:, 0], out[:, 2])
+        return out
+
+    def _empirical_from(self, X: np.ndarray, off: np.ndarray) -> np.ndarray:
+        """``_empirical(X)`` given ``offset(X)``."""
+        index = self.design_.positions.index  # type: ignore[union-attr]
+        cols = [index.get("user_recent_q10_logd"), index.get("user_recent_q90_logd")]
+        if None in cols:
+            return self._empirical(X)
+        v = X[:, cols].astype(np.float64)
+        return np.where(np.isfinite(v), v, np.asarray(self.log_global_range_, dtype=np.float64)) - off[:, None]
 
     def booster_inputs(self, X: np.ndarray) -> list[tuple[lgb.Booster, np.ndarray]]:
         """Every booster with the matrix it predicts on for feature rows ``X`` (latency benchmarks)."""

@@ -63,18 +63,29 @@ CUMULATIVE = frozenset({"user_mean", "requested_time"})
 #: baseline's mean |log ratio| on the later period).
 KNOWN_SHARE = 0.9
 _GLOBAL = -1
+#: Segment ids ``segment_ids`` gives: (2 + 2 depth bins x 4 spread bins) cells x 2.
+_N_SEGMENTS = (2 + 2 * len(SPREAD_EDGES)) * 2
 _LOG2 = float(np.log(2.0)) + 1e-12
 
 
+_DEPTH_EDGES = np.asarray(DEPTH_EDGES, float)
+_SPREAD_EDGES = np.asarray(SPREAD_EDGES, float)
+
+
 def segment_ids(user_n: np.ndarray, has_limit: np.ndarray, spread: np.ndarray | None = None) -> np.ndarray:
-    """Segment of each job: (depth bin, spread bin for depth >= 3) * 2 + has time limit."""
-    depth = np.searchsorted(np.asarray(DEPTH_EDGES, float), np.nan_to_num(user_n, nan=0.0), side="right") - 1
+    """Segment of each job: (depth bin, spread bin for depth >= 3) * 2 + has time limit.
+
+    NaN counts and spreads fall in the bin of 0 (infinities in the outermost bins)."""
+    user_n = np.asarray(user_n)
+    depth = np.searchsorted(_DEPTH_EDGES, np.where(np.isnan(user_n), 0.0, user_n), side="right") - 1
     if spread is None:
-        spread = np.full(len(depth), np.nan)
-    sbin = np.searchsorted(np.asarray(SPREAD_EDGES), np.nan_to_num(spread, nan=0.0), side="right") - 1
+        sbin = np.zeros(len(depth), dtype=depth.dtype)  # the bin of 0
+    else:
+        spread = np.asarray(spread)
+        sbin = np.searchsorted(_SPREAD_EDGES, np.where(np.isnan(spread), 0.0, spread), side="right") - 1
     # depth 0 -> 0, 1-2 -> 1, 3-9 -> 2..5, 10+ -> 6..9
     cell = np.where(depth < 2, depth, 2 + (depth - 2) * len(SPREAD_EDGES) + sbin)
-    return cell * 2 + np.asarray(has_limit, dtype=bool).astype(int)
+    return cell * 2 + np.asarray(has_limit, dtype=bool)
 
 
 def point_metrics_log(pred: np.ndarray, y: np.ndarray, offset: np.ndarray) -> tuple[float, float, float]:
@@ -144,6 +155,7 @@ class SegmentPlan:
         unknown, ``offset`` (n,) the log seconds the target space is relative to (for the median AE)."""
         candidates = _candidates(model_q, baselines)
         offset = np.zeros(len(y)) if offset is None else offset
+        self.__dict__.pop("_lookups", None)
         for s in [_GLOBAL, *np.unique(seg).tolist()]:
             rows = np.ones(len(y), bool) if s == _GLOBAL else seg == s
             if s != _GLOBAL and rows.sum() < MIN_SEGMENT_ROWS:
@@ -168,23 +180,63 @@ class SegmentPlan:
 
     def apply(self, seg: np.ndarray, model_q: np.ndarray, baselines: dict[str, np.ndarray],
               empirical: np.ndarray) -> np.ndarray:
-        """Quantiles (n, 3) in target space after the per-segment choices."""
-        out = np.empty_like(model_q)
+        """Quantiles (n, 3) in target space after the per-segment choices.
+
+        Row-wise: each row reads its segment's choices from lookup arrays (``_lookup``, built once per
+        candidate set), so the cost does not grow with the number of segments in the batch; the values
+        are those of choosing segment by segment (same operations per element, tested)."""
         candidates = _candidates(model_q, baselines)
-        known = np.isfinite(empirical).all(axis=1)
-        for s in np.unique(seg).tolist():
-            rows = seg == s
-            key = s if s in self.point else _GLOBAL
-            model = candidates["model"][rows]
-            out[rows, 1] = _filled(candidates.get(self.point[key], candidates["model"])[rows], model)
-            kind, shift, model_shift = self.interval[key]
-            use_emp = rows & known if kind == "empirical" else np.zeros(len(seg), bool)
-            use_model = rows & ~use_emp
-            out[use_model, 0] = model_q[use_model, 0] - model_shift
-            out[use_model, 2] = model_q[use_model, 2] + model_shift
-            out[use_emp, 0] = empirical[use_emp, 0] - shift
-            out[use_emp, 2] = empirical[use_emp, 1] + shift
-        lo, hi = np.minimum(out[:, 0], out[:, 2]), np.maximum(out[:, 0], out[:, 2])
+        names = tuple(candidates)
+        point_col, use_emp_kind, shift, model_shift = self._rows(names, np.asarray(seg))
+        n = len(model_q)
+        model = candidates["model"]
+        stacked = np.empty((n, len(names)))
+        for j, name in enumerate(names):
+            stacked[:, j] = candidates[name]
+        chosen = stacked[np.arange(n), point_col]
+        mid = np.where(np.isfinite(chosen), chosen, model)
+        use_emp = use_emp_kind & np.isfinite(empirical).all(axis=1)
+        a = np.where(use_emp, empirical[:, 0] - shift, model_q[:, 0] - model_shift)
+        b = np.where(use_emp, empirical[:, 1] + shift, model_q[:, 2] + model_shift)
+        out = np.empty_like(model_q)
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
         out[:, 0], out[:, 2] = lo, hi
-        out[:, 1] = np.clip(out[:, 1], lo, hi)
+        out[:, 1] = np.clip(mid, lo, hi)
         return out
+
+    def _rows(self, names: tuple[str, ...], seg: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Per row: the position of its point candidate in ``names``, whether its interval is the
+        empirical kind, that kind's shift and the model's shift (segments without a choice of their
+        own take the slice's, ``-1``)."""
+        table = self._lookup(names)
+        if seg.size and (int(seg.min()) < 0 or int(seg.max()) >= len(table[0])):  # not a ``segment_ids`` value
+            return _as_arrays([self._choice(names, s) for s in seg.tolist()])
+        return tuple(col[seg] for col in table)
+
+    def _choice(self, names: tuple[str, ...], s: int) -> tuple[int, bool, float, float]:
+        key = s if s in self.point else _GLOBAL
+        point = self.point[key]
+        kind, shift, model_shift = self.interval[key]
+        return (names.index(point) if point in names else names.index("model"), kind == "empirical", shift,
+                model_shift)
+
+    def _lookup(self, names: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+        """``_choice`` for every segment id 0 .. max as arrays, cached per candidate names (not pickled)."""
+        cache = self.__dict__.setdefault("_lookups", {})
+        table = cache.get(names)
+        if table is None:
+            top = max([_N_SEGMENTS - 1, *self.point, *self.interval])
+            table = _as_arrays([self._choice(names, s) for s in range(top + 1)])
+            cache[names] = table
+        return table
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_lookups", None)
+        return state
+
+
+def _as_arrays(choices: list[tuple[int, bool, float, float]]) -> tuple[np.ndarray, ...]:
+    """``SegmentPlan._choice`` tuples as four arrays (candidate position, empirical?, shift, model shift)."""
+    return (np.array([c[0] for c in choices], dtype=np.intp), np.array([c[1] for c in choices], dtype=bool),
+            np.array([c[2] for c in choices], dtype=np.float64), np.array([c[3] for c in choices], dtype=np.float64))

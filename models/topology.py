@@ -39,6 +39,7 @@ Monotone
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import lightgbm as lgb
 import numpy as np
@@ -69,6 +70,8 @@ SHRINKAGE = 1.0
 _KAPPA_GRID = np.r_[0.0, np.logspace(-3, 3, 73)]
 _W_GRID = np.logspace(-3, 0.5, 141)
 _CLASS_INDEX = {c: i for i, c in enumerate(PLACEMENT_CLASSES)}
+_LORA = ("lora", "qlora")
+_WIDE = ("fp32", "tf32")
 _PRIOR_W = np.array([PRIOR_BANDWIDTH_GBPS[PLACEMENT_CLASSES[-1]] / PRIOR_BANDWIDTH_GBPS[c] for c in PLACEMENT_CLASSES])
 TOPOLOGY_FEATURES: tuple[str, ...] = (
     "log_params", "log_gpus", "lora", "grad_bytes", "log_batch", "log_seq", "prior_log_kappa",
@@ -84,16 +87,37 @@ def slowdowns(kappa: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 def prior_kappa(jobs: pd.DataFrame) -> np.ndarray:
     """Physics prior of ``kappa`` per job (see the module docstring); 0 for single-GPU jobs."""
-    n = np.nan_to_num(numeric_column(jobs, "num_gpus"), nan=1.0)
+    return _inputs(jobs)[0]
+
+
+def topology_design(jobs: pd.DataFrame) -> np.ndarray:
+    """Inputs of the ``kappa`` regressor, shape (n, len(TOPOLOGY_FEATURES))."""
+    return _inputs(jobs)[1]
+
+
+def _nan_to(x: np.ndarray, value: float) -> np.ndarray:
+    """``np.nan_to_num(x, nan=value)`` (NaN -> value, infinities -> the largest finite floats), cheaper
+    on the few rows of a request where nothing is infinite."""
+    out = np.where(np.isnan(x), value, x)
+    return np.nan_to_num(x, nan=value) if np.isinf(out).any() else out
+
+
+def _inputs(jobs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(prior_kappa, topology_design, GPUs with NaN as 1)`` of ``jobs``, reading each column once."""
+    gpus = numeric_column(jobs, "num_gpus")
+    n = _nan_to(gpus, 1.0)
     p = numeric_column(jobs, "model_params")
-    method = object_column(jobs, "finetune_method")
-    lora = np.array([m in ("lora", "qlora") for m in method])
-    precision = object_column(jobs, "precision")
-    g = np.array([4.0 if (pr in ("fp32", "tf32") or not isinstance(pr, str)) else 2.0 for pr in precision])
-    trainable = np.where(lora, 0.005 * p, p)
-    grad_bytes = np.where(lora, 4.0, g)
     batch = numeric_column(jobs, "batch_size")
     seq = numeric_column(jobs, "seq_len")
+    method = object_column(jobs, "finetune_method")
+    precision = object_column(jobs, "precision")
+    rows = len(gpus)
+    lora = np.fromiter(map(_LORA.__contains__, method), bool, rows)  # ``m in _LORA`` per job
+    wide = np.fromiter(map(_WIDE.__contains__, precision), bool, rows)
+    named = np.fromiter(map(isinstance, precision, repeat(str)), bool, rows)
+    g = np.where(wide | ~named, 4.0, 2.0)
+    trainable = np.where(lora, 0.005 * p, p)
+    grad_bytes = np.where(lora, 4.0, g)
     tokens = np.where(batch > 0, batch, 1.0) * np.where(seq > 0, seq, PRIOR_TOKENS_PER_SAMPLE)
     flops = np.where(lora, 4.0, 6.0) * p * tokens
     t_compute = flops / (PRIOR_EFFECTIVE_TFLOPS * 1e12)
@@ -101,26 +125,16 @@ def prior_kappa(jobs: pd.DataFrame) -> np.ndarray:
     t_comm = PRIOR_EXPOSED_SHARE * volume / (PRIOR_BANDWIDTH_GBPS[PLACEMENT_CLASSES[-1]] * 1e9)
     with np.errstate(divide="ignore", invalid="ignore"):
         kappa = np.where(p > 0, t_comm / t_compute, PRIOR_UNKNOWN_KAPPA)
-    return np.where(n > 1, kappa, 0.0)
-
-
-def topology_design(jobs: pd.DataFrame) -> np.ndarray:
-    """Inputs of the ``kappa`` regressor, shape (n, len(TOPOLOGY_FEATURES))."""
-    def log(x: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(x > 0, np.log(x), np.nan)
-
-    method = object_column(jobs, "finetune_method")
-    precision = object_column(jobs, "precision")
-    return np.column_stack([
-        log(numeric_column(jobs, "model_params")),
-        log(numeric_column(jobs, "num_gpus")),
-        np.array([float(m in ("lora", "qlora")) if isinstance(m, str) else np.nan for m in method]),
-        np.array([(4.0 if p in ("fp32", "tf32") else 2.0) if isinstance(p, str) else np.nan for p in precision]),
-        log(numeric_column(jobs, "batch_size")),
-        log(numeric_column(jobs, "seq_len")),
-        np.log(np.maximum(prior_kappa(jobs), 1e-4)),
-    ])
+    kappa = np.where(n > 1, kappa, 0.0)
+    design = np.empty((rows, len(TOPOLOGY_FEATURES)))
+    raw = np.array([p, gpus, batch, seq])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        design[:, [0, 1, 4, 5]] = np.where(raw > 0, np.log(raw), np.nan).T
+    method_named = np.fromiter(map(isinstance, method, repeat(str)), bool, rows)
+    design[:, 2] = np.where(method_named, lora.astype(float), np.nan)
+    design[:, 3] = np.where(named, np.where(wide, 4.0, 2.0), np.nan)
+    design[:, 6] = np.log(np.maximum(kappa, 1e-4))
+    return kappa, design, n
 
 
 def _fit_kappa(m: np.ndarray, cnt: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -218,16 +232,17 @@ class TopologyEstimator:
 
     def predict(self, jobs: pd.DataFrame) -> np.ndarray:
         """Slowdown per placement class, shape (n_jobs, len(PLACEMENT_CLASSES))."""
-        design = topology_design(jobs)
-        gpus = np.nan_to_num(numeric_column(jobs, "num_gpus"), nan=1.0)
+        _, design, gpus = _inputs(jobs)
         if self.booster_ is not None:
             log_kappa = predict_booster(self.booster_, design)
         else:
             log_kappa = design[:, -1] + self.log_kappa_offset_
         if self.family_log_kappa_:
+            table = self.family_log_kappa_
             fam = family_keys(jobs)
-            for i, f in enumerate(fam):
-                hit = self.family_log_kappa_.get(f) if isinstance(f, str) else None
+            known = table.keys() & {f for f in fam if isinstance(f, str)}  # usually none: no loop over jobs
+            for i, f in enumerate(fam) if known else ():
+                hit = table.get(f) if isinstance(f, str) else None
                 if hit is not None:
                     k, n = hit
                     log_kappa[i] = (n * k + SHRINKAGE * log_kappa[i]) / (n + SHRINKAGE)
