@@ -52,15 +52,28 @@ from models.evaluate import duration_rows
 from models.metrics import point_metrics
 
 SIGNALS: tuple[str, ...] = (
-    "n_running", "n_pending", "recent_running_elapsed_s", "longest_running_elapsed_s", "think_s",
-    "prev_same_size", "prev_status", "prev_known_s", "req_think_s", "req_status", "req_known_s",
-    "req_n_running", "req_longest_running_elapsed_s",
+    "n_running",
+    "n_pending",
+    "recent_running_elapsed_s",
+    "longest_running_elapsed_s",
+    "think_s",
+    "prev_same_size",
+    "prev_status",
+    "prev_known_s",
+    "req_think_s",
+    "req_status",
+    "req_known_s",
+    "req_n_running",
+    "req_longest_running_elapsed_s",
 )
 #: The model's figures on the same split (docs/benchmarks.md, "Duration on held-out periods").
 MODEL_QUOTED = {
-    ("kth", "as_is"): (1.099, 0.640), ("kth", "no_limits_names"): (1.317, 0.540),
-    ("kth", "one_user_dominant"): (1.100, 0.681), ("hpc2n", "as_is"): (1.673, 0.556),
-    ("hpc2n", "no_limits_names"): (1.877, 0.464), ("hpc2n", "one_user_dominant"): (1.379, 0.583),
+    ("kth", "as_is"): (1.099, 0.640),
+    ("kth", "no_limits_names"): (1.317, 0.540),
+    ("kth", "one_user_dominant"): (1.100, 0.681),
+    ("hpc2n", "as_is"): (1.673, 0.556),
+    ("hpc2n", "no_limits_names"): (1.877, 0.464),
+    ("hpc2n", "one_user_dominant"): (1.379, 0.583),
 }
 THRESHOLDS_S = (60.0, 600.0, 3600.0, 6 * 3600.0, 86400.0, np.inf)
 ENDED, RUNNING, PENDING = 0.0, 1.0, 2.0
@@ -83,8 +96,13 @@ def active_signals(jobs: pd.DataFrame) -> pd.DataFrame:
     submit = numeric_column(jobs, "submit_ts")
     start = numeric_column(jobs, "start_ts")
     end = numeric_column(jobs, "end_ts")
-    size = list(zip(np.nan_to_num(numeric_column(jobs, "num_gpus"), nan=-1.0),
-                    np.nan_to_num(numeric_column(jobs, "cpus"), nan=-1.0), strict=True))
+    size = list(
+        zip(
+            np.nan_to_num(numeric_column(jobs, "num_gpus"), nan=-1.0),
+            np.nan_to_num(numeric_column(jobs, "cpus"), nan=-1.0),
+            strict=True,
+        )
+    )
     users = object_column(jobs, "user")
     req = request_keys(jobs, users)
     user_codes = pd.factorize(users, use_na_sentinel=True)[0]
@@ -131,8 +149,11 @@ def active_signals(jobs: pd.DataFrame) -> pd.DataFrame:
 
 def _scores(pred: np.ndarray, actual: np.ndarray) -> dict:
     m = point_metrics(pred, actual)
-    return {"mean_abs_log_ratio": round(m["mean_abs_log_ratio"], 4), "within_2x": round(m["within_2x"], 4),
-            "median_ae": round(m["median_ae"], 1)}
+    return {
+        "mean_abs_log_ratio": round(m["mean_abs_log_ratio"], 4),
+        "within_2x": round(m["within_2x"], 4),
+        "median_ae": round(m["median_ae"], 1),
+    }
 
 
 def _history_features(state, jobs: pd.DataFrame) -> dict[str, np.ndarray]:  # noqa: ANN001
@@ -144,14 +165,23 @@ def _history_features(state, jobs: pd.DataFrame) -> dict[str, np.ndarray]:  # no
             g = lambda name, kind=kind: state.get(kind, name)  # noqa: E731
             n = g("n_dur")
             mean = g("sum_logd") / n
-            feats.update({
-                f"{kind}_n": n, f"{kind}_last1": g("last1_logd"), f"{kind}_last2": g("last2_logd"),
-                f"{kind}_last2_d": np.log(g("last2_d")), f"{kind}_median5": g("median_logd"),
-                f"{kind}_mean": mean, f"{kind}_std": np.sqrt(np.maximum(g("sum_logd2") / n - mean**2, 0.0)),
-                f"{kind}_recent": g("recent_logd"), f"{kind}_q10": g("recent_q10_logd"),
-                f"{kind}_q90": g("recent_q90_logd"), f"{kind}_fail": g("n_fail") / g("n_ended"),
-                f"{kind}_short": g("n_short") / n, f"{kind}_age": np.log1p(np.maximum(submit - g("last_end_ts"), 0.0)),
-            })
+            feats.update(
+                {
+                    f"{kind}_n": n,
+                    f"{kind}_last1": g("last1_logd"),
+                    f"{kind}_last2": g("last2_logd"),
+                    f"{kind}_last2_d": np.log(g("last2_d")),
+                    f"{kind}_median5": g("median_logd"),
+                    f"{kind}_mean": mean,
+                    f"{kind}_std": np.sqrt(np.maximum(g("sum_logd2") / n - mean**2, 0.0)),
+                    f"{kind}_recent": g("recent_logd"),
+                    f"{kind}_q10": g("recent_q10_logd"),
+                    f"{kind}_q90": g("recent_q90_logd"),
+                    f"{kind}_fail": g("n_fail") / g("n_ended"),
+                    f"{kind}_short": g("n_short") / n,
+                    f"{kind}_age": np.log1p(np.maximum(submit - g("last_end_ts"), 0.0)),
+                }
+            )
         feats["log_cpus"] = np.log(numeric_column(jobs, "cpus"))
         feats["log_limit"] = np.log(numeric_column(jobs, "time_limit_s"))
         feats["hour"] = (submit // 3600) % 24
@@ -160,21 +190,47 @@ def _history_features(state, jobs: pd.DataFrame) -> dict[str, np.ndarray]:  # no
 
 
 def _signal_features(sig: pd.DataFrame) -> dict[str, np.ndarray]:
-    logged = ("recent_running_elapsed_s", "longest_running_elapsed_s", "think_s", "prev_known_s", "req_think_s",
-              "req_known_s", "req_longest_running_elapsed_s", "n_running", "n_pending", "req_n_running")
-    return {f"a_{c}": (np.log1p(np.maximum(sig[c].to_numpy(), 0.0)) if c in logged else sig[c].to_numpy())
-            for c in SIGNALS}
+    logged = (
+        "recent_running_elapsed_s",
+        "longest_running_elapsed_s",
+        "think_s",
+        "prev_known_s",
+        "req_think_s",
+        "req_known_s",
+        "req_longest_running_elapsed_s",
+        "n_running",
+        "n_pending",
+        "req_n_running",
+    )
+    return {
+        f"a_{c}": (np.log1p(np.maximum(sig[c].to_numpy(), 0.0)) if c in logged else sig[c].to_numpy())
+        for c in SIGNALS
+    }
 
 
 def _lgbm(X: np.ndarray, y: np.ndarray, fit_rows: np.ndarray, val_rows: np.ndarray) -> np.ndarray:
     import lightgbm as lgb
 
-    params = {"objective": "l1", "learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 50,
-              "feature_fraction": 0.9, "num_threads": 1, "seed": 0, "verbose": -1, "deterministic": True}
+    params = {
+        "objective": "l1",
+        "learning_rate": 0.05,
+        "num_leaves": 31,
+        "min_data_in_leaf": 50,
+        "feature_fraction": 0.9,
+        "num_threads": 1,
+        "seed": 0,
+        "verbose": -1,
+        "deterministic": True,
+    }
     dtrain = lgb.Dataset(X[fit_rows], y[fit_rows])
     dval = lgb.Dataset(X[val_rows], y[val_rows], reference=dtrain)
-    booster = lgb.train(params, dtrain, num_boost_round=1000, valid_sets=[dval],
-                        callbacks=[lgb.early_stopping(50, verbose=False)])
+    booster = lgb.train(
+        params,
+        dtrain,
+        num_boost_round=1000,
+        valid_sets=[dval],
+        callbacks=[lgb.early_stopping(50, verbose=False)],
+    )
     return booster.predict(X, num_iteration=booster.best_iteration)
 
 
@@ -190,13 +246,27 @@ def _lgbm_window_mode(X: np.ndarray, y: np.ndarray, fit_rows: np.ndarray, val_ro
     code = np.full(len(edges), -1)
     code[present] = np.arange(len(present))
     val = val_rows & (code[labels] >= 0)
-    params = {"objective": "multiclass", "num_class": len(present), "learning_rate": 0.1, "num_leaves": 15,
-              "min_data_in_leaf": 50, "feature_fraction": 0.9, "num_threads": 1, "seed": 0, "verbose": -1,
-              "deterministic": True}
+    params = {
+        "objective": "multiclass",
+        "num_class": len(present),
+        "learning_rate": 0.1,
+        "num_leaves": 15,
+        "min_data_in_leaf": 50,
+        "feature_fraction": 0.9,
+        "num_threads": 1,
+        "seed": 0,
+        "verbose": -1,
+        "deterministic": True,
+    }
     dtrain = lgb.Dataset(X[fit_rows], code[labels[fit_rows]])
     dval = lgb.Dataset(X[val], code[labels[val]], reference=dtrain)
-    booster = lgb.train(params, dtrain, num_boost_round=300, valid_sets=[dval],
-                        callbacks=[lgb.early_stopping(20, verbose=False)])
+    booster = lgb.train(
+        params,
+        dtrain,
+        num_boost_round=300,
+        valid_sets=[dval],
+        callbacks=[lgb.early_stopping(20, verbose=False)],
+    )
     prob = booster.predict(X, num_iteration=booster.best_iteration)
     centres = edges[present] + BIN_WIDTH / 2
     window = np.abs(centres[:, None] - centres[None, :]) <= np.log(2.0)  # bins within 2x of each centre
@@ -205,23 +275,36 @@ def _lgbm_window_mode(X: np.ndarray, y: np.ndarray, fit_rows: np.ndarray, val_ro
 
 def _rules(sig: pd.DataFrame, anchor: np.ndarray) -> dict[str, dict[float, np.ndarray]]:
     """Rule predictions for each threshold X (seconds since the same-signature / previous submission)."""
-    req_status, req_known, req_think = (sig[c].to_numpy() for c in ("req_status", "req_known_s", "req_think_s"))
+    req_status, req_known, req_think = (
+        sig[c].to_numpy() for c in ("req_status", "req_known_s", "req_think_s")
+    )
     prev_status, prev_known, think = (sig[c].to_numpy() for c in ("prev_status", "prev_known_s", "think_s"))
     same = sig["prev_same_size"].to_numpy() == 1.0
     longest = np.nan_to_num(sig["req_longest_running_elapsed_s"].to_numpy(), nan=0.0)
     out: dict[str, dict[float, np.ndarray]] = {
-        "req_running_max": {}, "req_known": {}, "prev_same_size_known": {}, "req_longest_running_max": {}}
+        "req_running_max": {},
+        "req_known": {},
+        "prev_same_size_known": {},
+        "req_longest_running_max": {},
+    }
     for x in THRESHOLDS_S:
         recent = req_think < x
         # the brief's rule: a recent same-signature job still running -> at least its elapsed time
-        out["req_running_max"][x] = np.where(recent & (req_status == RUNNING), np.maximum(req_known, anchor), anchor)
+        out["req_running_max"][x] = np.where(
+            recent & (req_status == RUNNING), np.maximum(req_known, anchor), anchor
+        )
         # a recent same-signature job: its duration if ended, at least its elapsed time if running
-        out["req_known"][x] = np.where(recent & (req_status == ENDED) & (req_known > 0), req_known,
-                                       np.where(recent & (req_status == RUNNING), np.maximum(req_known, anchor), anchor))
+        out["req_known"][x] = np.where(
+            recent & (req_status == ENDED) & (req_known > 0),
+            req_known,
+            np.where(recent & (req_status == RUNNING), np.maximum(req_known, anchor), anchor),
+        )
         prev_recent = (think < x) & same
         out["prev_same_size_known"][x] = np.where(
-            prev_recent & (prev_status == ENDED) & (prev_known > 0), prev_known,
-            np.where(prev_recent & (prev_status == RUNNING), np.maximum(prev_known, anchor), anchor))
+            prev_recent & (prev_status == ENDED) & (prev_known > 0),
+            prev_known,
+            np.where(prev_recent & (prev_status == RUNNING), np.maximum(prev_known, anchor), anchor),
+        )
         out["req_longest_running_max"][x] = np.where(recent, np.maximum(anchor, longest), anchor)
     return out
 
@@ -244,32 +327,57 @@ def experiment(jobs: pd.DataFrame, log: str, variant: str) -> dict:
     fill = lambda x: np.where(np.isfinite(x) & (x > 0), x, np.nan)  # noqa: E731
     user_last2 = base["user_last2"]
     simple = {
-        "sig_last2": np.where(np.isfinite(fill(state.get("request", "last2_d"))), state.get("request", "last2_d"), user_last2),
-        "sig_last1": np.where(np.isfinite(state.get("request", "last1_logd")), np.exp(state.get("request", "last1_logd")), user_last2),
-        "user_last1": np.where(np.isfinite(state.get("user", "last1_logd")), np.exp(state.get("user", "last1_logd")), global_median),
-        "user_median5": np.where(np.isfinite(state.get("user", "median_logd")), np.exp(state.get("user", "median_logd")), global_median),
-        "sig_median5": np.where(np.isfinite(state.get("request", "median_logd")), np.exp(state.get("request", "median_logd")), user_last2),
+        "sig_last2": np.where(
+            np.isfinite(fill(state.get("request", "last2_d"))), state.get("request", "last2_d"), user_last2
+        ),
+        "sig_last1": np.where(
+            np.isfinite(state.get("request", "last1_logd")),
+            np.exp(state.get("request", "last1_logd")),
+            user_last2,
+        ),
+        "user_last1": np.where(
+            np.isfinite(state.get("user", "last1_logd")),
+            np.exp(state.get("user", "last1_logd")),
+            global_median,
+        ),
+        "user_median5": np.where(
+            np.isfinite(state.get("user", "median_logd")),
+            np.exp(state.get("user", "median_logd")),
+            global_median,
+        ),
+        "sig_median5": np.where(
+            np.isfinite(state.get("request", "median_logd")),
+            np.exp(state.get("request", "median_logd")),
+            user_last2,
+        ),
     }
     te, tr = rows & ~is_train, rows & is_train
     actual = dur
     score = lambda p, r=te: _scores(p[r], actual[r])  # noqa: E731
     baselines = {name: score(p) for name, p in base.items() if name in BASELINES}
-    best = {"within_2x": max(v["within_2x"] for v in baselines.values()),
-            "mean_abs_log_ratio": min(v["mean_abs_log_ratio"] for v in baselines.values())}
+    best = {
+        "within_2x": max(v["within_2x"] for v in baselines.values()),
+        "mean_abs_log_ratio": min(v["mean_abs_log_ratio"] for v in baselines.values()),
+    }
     per_key = {name: score(p) for name, p in simple.items()}
     ref_w2x = best["within_2x"]
     ref_malr = best["mean_abs_log_ratio"]
 
     def vs_best(s: dict) -> dict:
-        return {**s, "within_2x_gain": round(s["within_2x"] - ref_w2x, 4),
-                "mean_abs_log_ratio_vs_best": round(s["mean_abs_log_ratio"] / ref_malr, 4)}
+        return {
+            **s,
+            "within_2x_gain": round(s["within_2x"] - ref_w2x, 4),
+            "mean_abs_log_ratio_vs_best": round(s["mean_abs_log_ratio"] / ref_malr, 4),
+        }
 
     rules: dict = {}
     for anchor_name, anchor in (("user_last2", user_last2), ("sig_last2", simple["sig_last2"])):
         for rule, by_x in _rules(sig, anchor).items():
             chosen = max(THRESHOLDS_S, key=lambda x, by_x=by_x: _scores(by_x[x][tr], actual[tr])["within_2x"])
-            rules[f"{rule}@{anchor_name}"] = {"threshold_s": None if np.isinf(chosen) else chosen,
-                                               **vs_best(score(by_x[chosen]))}
+            rules[f"{rule}@{anchor_name}"] = {
+                "threshold_s": None if np.isinf(chosen) else chosen,
+                **vs_best(score(by_x[chosen])),
+            }
     hist = _history_features(state, data)
     act = _signal_features(sig)
     y = np.log(np.maximum(dur, 1.0))
@@ -292,11 +400,22 @@ def experiment(jobs: pd.DataFrame, log: str, variant: str) -> dict:
     }
     malr, w2x = MODEL_QUOTED[(log, variant)]
     return {
-        "n_train": n_train, "n_test_scored": int(te.sum()), "signal_cpu_s": round(sig_cpu, 1), "lgbm_cpu_s": round(lgbm_cpu, 1),
-        "best_baseline": best, "baselines": baselines, "per_key": {k: vs_best(v) for k, v in per_key.items()},
-        "model_quoted": {"mean_abs_log_ratio": malr, "within_2x": w2x, "within_2x_gain": round(w2x - ref_w2x, 4),
-                         "mean_abs_log_ratio_vs_best": round(malr / ref_malr, 4)},
-        "signal_coverage_test": coverage, "rules": rules, "lgbm": lgbm,
+        "n_train": n_train,
+        "n_test_scored": int(te.sum()),
+        "signal_cpu_s": round(sig_cpu, 1),
+        "lgbm_cpu_s": round(lgbm_cpu, 1),
+        "best_baseline": best,
+        "baselines": baselines,
+        "per_key": {k: vs_best(v) for k, v in per_key.items()},
+        "model_quoted": {
+            "mean_abs_log_ratio": malr,
+            "within_2x": w2x,
+            "within_2x_gain": round(w2x - ref_w2x, 4),
+            "mean_abs_log_ratio_vs_best": round(malr / ref_malr, 4),
+        },
+        "signal_coverage_test": coverage,
+        "rules": rules,
+        "lgbm": lgbm,
     }
 
 
