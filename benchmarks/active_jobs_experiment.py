@@ -384,15 +384,11 @@ def experiment(jobs: pd.DataFrame, log: str, variant: str) -> dict:
     cal = int(round(n_train * 0.8))
     fit_rows, val_rows = rows & (np.arange(len(data)) < cal), tr & (np.arange(len(data)) >= cal)
     lgbm = {}
-    log_anchor = np.log(np.maximum(simple["sig_last2"], 1.0))
     started = time.process_time()
     for name, feats in (("history_only", hist), ("history_plus_active", {**hist, **act})):
         X = np.column_stack(list(feats.values()))
         lgbm[f"l1_{name}"] = vs_best(score(np.exp(_lgbm(X, y, fit_rows, val_rows))))
         lgbm[f"window_mode_{name}"] = vs_best(score(np.exp(_lgbm_window_mode(X, y, fit_rows, val_rows))))
-        # anchored as the model is: L1 on log(duration / signature's last-2), predicting the ratio
-        resid = _lgbm(X, y - log_anchor, fit_rows, val_rows)
-        lgbm[f"l1_anchored_{name}"] = vs_best(score(np.exp(log_anchor + resid)))
     lgbm_cpu = time.process_time() - started
     # Leaky on purpose, a ceiling and not a predictor: the TRUE duration of the previous submission
     # (of the user; of the same signature), even when it ends after t. What full knowledge of the
