@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from features.history import HistoryStore, numeric_column
+from models import memory_scalar  # noqa: F401 - registers analytic_memory's row-by-row path
 from models.bundle import assemble_columns, columns_frame, job_view
 from models.memory_analytic import GPU_MEMORY_MIB, analytic_memory
 from models.topology import TopologyEstimator

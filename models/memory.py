@@ -31,6 +31,7 @@ import pandas as pd
 
 from features.build import FEATURE_NAMES
 from features.history import numeric_column, object_column
+from models import memory_scalar  # noqa: F401 - registers analytic_memory's row-by-row path
 from models.lgbm import BoosterParams, predict_booster, train_booster
 from models.memory_analytic import MemoryParts
 

@@ -345,6 +345,12 @@ def parts_from(resolved: ResolvedJobs, cal: MemoryCalibration) -> MemoryParts:
                        assumed=resolved.assumed)
 
 
+#: The row-by-row path (``models.memory_scalar.scalar_memory``, the same results), registered by that
+#: module when it is imported (it reads this module's constants, so this module cannot import it):
+#: ``models.memory`` imports it, so every caller of a fitted model has it.
+_ROW_PATH: list = []
+
+
 def analytic_memory(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str, float] | None = None, *,
                     calibration: MemoryCalibration | None = None) -> MemoryParts:
     """Point estimate and upper bound of peak memory per GPU for each job.
@@ -369,8 +375,6 @@ def analytic_memory(jobs: pd.DataFrame | JobColumns, gpu_memory_mib: Mapping[str
         NaN (and ``assumed`` "") where ``model_params`` is unknown.
     """
     cal = shipped_calibration() if calibration is None else calibration
-    if 0 < len(jobs) <= SCALAR_ROWS:
-        from models.memory_scalar import scalar_memory  # imports this module
-
-        return scalar_memory(jobs, gpu_memory_mib, cal)
+    if 0 < len(jobs) <= SCALAR_ROWS and _ROW_PATH:
+        return _ROW_PATH[0](jobs, gpu_memory_mib, cal)
     return parts_from(resolve_jobs(jobs, gpu_memory_mib, calibration=cal), cal)

@@ -138,7 +138,8 @@ def test_no_rows() -> None:
 
 def test_the_dispatch_takes_the_row_by_row_path_for_few_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[int] = []
-    monkeypatch.setattr(memory_scalar, "scalar_memory", lambda *a: seen.append(len(a[0])) or scalar_memory(*a))
+    assert ma._ROW_PATH == [memory_scalar.scalar_memory]  # registered by importing models.memory_scalar
+    monkeypatch.setattr(ma, "_ROW_PATH", [lambda *a: seen.append(len(a[0])) or scalar_memory(*a)])
     for n in (1, ma.SCALAR_ROWS, ma.SCALAR_ROWS + 1, 0):
         new(random_rows(n, seed=2))
     assert seen == [1, ma.SCALAR_ROWS]
