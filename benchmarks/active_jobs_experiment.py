@@ -80,6 +80,11 @@ ENDED, RUNNING, PENDING = 0.0, 1.0, 2.0
 BIN_WIDTH = np.log(2.0) / 3
 
 
+
+def _exp_or(log_value: np.ndarray, fallback: np.ndarray | float) -> np.ndarray:
+    """``exp(log_value)`` where it is known, else ``fallback``."""
+    return np.where(np.isfinite(log_value), np.exp(log_value), fallback)
+
 def _status(t: float, start: float, end: float) -> tuple[float, float]:
     """(status, what is known of the duration) of an earlier submission at time ``t``."""
     if end < t:
@@ -330,26 +335,10 @@ def experiment(jobs: pd.DataFrame, log: str, variant: str) -> dict:
         "sig_last2": np.where(
             np.isfinite(fill(state.get("request", "last2_d"))), state.get("request", "last2_d"), user_last2
         ),
-        "sig_last1": np.where(
-            np.isfinite(state.get("request", "last1_logd")),
-            np.exp(state.get("request", "last1_logd")),
-            user_last2,
-        ),
-        "user_last1": np.where(
-            np.isfinite(state.get("user", "last1_logd")),
-            np.exp(state.get("user", "last1_logd")),
-            global_median,
-        ),
-        "user_median5": np.where(
-            np.isfinite(state.get("user", "median_logd")),
-            np.exp(state.get("user", "median_logd")),
-            global_median,
-        ),
-        "sig_median5": np.where(
-            np.isfinite(state.get("request", "median_logd")),
-            np.exp(state.get("request", "median_logd")),
-            user_last2,
-        ),
+        "sig_last1": _exp_or(state.get("request", "last1_logd"), user_last2),
+        "user_last1": _exp_or(state.get("user", "last1_logd"), global_median),
+        "user_median5": _exp_or(state.get("user", "median_logd"), global_median),
+        "sig_median5": _exp_or(state.get("request", "median_logd"), user_last2),
     }
     te, tr = rows & ~is_train, rows & is_train
     actual = dur

@@ -139,9 +139,6 @@ class DecisionWriter:
         c = o.placement_class
         return placement_of(self.ctx.layout, o.gpus, o.type_code, c, float(self.ctx.pending.slowdown[i, c]))
 
-    def time_limit(self, i: int, o: Outcome) -> float | None:
-        return self.time_limit_rows([i], [o])[0]
-
     def time_limit_rows(self, rows: list[int], outcomes: list[Outcome]) -> list[float | None]:
         """The suggested time limit of each row (policy ``time_limit``: the p90 on its placement plus a
         margin, in whole minutes), None where the policy gives none or the p90 is unknown."""
@@ -155,9 +152,6 @@ class DecisionWriter:
         margin = 1.0 + cfg.margin_fraction
         return [float(max(cfg.min_s, math.ceil(raw / 60.0) * 60.0)) if math.isfinite(q) else None
                 for q, sd in zip(p90, slow, strict=True) for raw in (q * sd * margin,)]
-
-    def warnings(self, i: int, limit: float | None) -> tuple[str, ...]:
-        return self.warning_rows([i], [limit])[0]
 
     def warning_rows(self, rows: list[int], limits: list[float | None]) -> list[tuple[str, ...]]:
         """Each row's warnings: sizing (OOM risk, waste, missing types), SLA at risk, a time limit below
@@ -266,9 +260,9 @@ class DecisionWriter:
         eligibility = ctx.book.eligibility
         hold_s = pol.reservation.hold_s
         factor_rows = self.factor_rows(rows)
-        out = []
         limits = self.time_limit_rows(rows, outcomes)
         warnings = self.warning_rows(rows, limits) if self.explain else None
+        out = []
         for k, (i, o) in enumerate(zip(rows, outcomes, strict=True)):
             placement = self.placement(i, o)
             limit = limits[k]

@@ -104,7 +104,7 @@ def decision_doc(d: Decision) -> dict[str, Any]:
         "job_id": d.job_id,
         "priority": int(d.priority),
         "kueue_priority": int(d.kueue_priority),
-        "score": _num(score if d.factors else 0),
+        "score": _num(score),
         "factors": factors,
         "action": d.action,
         "tier": d.tier,
