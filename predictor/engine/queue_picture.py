@@ -25,6 +25,8 @@ __all__ = ["QueuePicture", "CanonicalColumns", "canonical_frame", "canonical_col
 
 
 def _text(value: Any) -> str | None:
+    if value.__class__ is str:  # what a request carries: the common case first
+        return value.strip() or None
     if value is None or (isinstance(value, float) and value != value):
         return None
     text = str(value).strip()
@@ -32,6 +34,8 @@ def _text(value: Any) -> str | None:
 
 
 def _number(value: Any) -> float:
+    if value.__class__ is float:
+        return value
     if value is None:
         return np.nan
     try:
@@ -114,19 +118,18 @@ def canonical_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndar
     floats, strings, bools = np.full((len(_FLOATS), n), np.nan), np.full((len(_STRINGS), n), None, dtype=object), \
         np.zeros((len(_BOOLS), n), dtype=bool)
     data = CanonicalColumns()
+    setters: dict[str, tuple[np.ndarray, Any]] = {}  # column -> (its array, the conversion of a value)
     for col in COLUMNS:
         kind = _KIND[col]
         data[col] = (floats[_FLOATS[col]] if kind is float else strings[_STRINGS[col]] if kind is str
                      else bools[_BOOLS[col]])
+        setters[col] = (data[col], _number if kind is float else _text if kind is str else bool)
+    get = setters.get
     for i, record in enumerate(records):  # one pass over what each record holds
         for key, value in record.items():
-            kind = _KIND.get(key)
-            if kind is float:
-                data[key][i] = _number(value)
-            elif kind is str:
-                data[key][i] = _text(value)
-            elif kind is bool:
-                data[key][i] = bool(value)
+            setter = get(key)
+            if setter is not None:
+                setter[0][i] = setter[1](value)
     data.blocks, data.views = (floats, strings, bools), dict(data)
     return data
 

@@ -114,7 +114,8 @@ class DecisionWriter:
             names, weights = k.factor_names, k.factor_weights
             values = k.factor_values[idx].tolist()
             if explain:
-                details = [[facs[name].explain(ctx, i) for name in names] for i in rows]
+                details = (list(zip(*(facs[name].explain_rows(ctx, idx) for name in names), strict=True))
+                           if names else [()] * len(rows))
                 out = [[FactorScore(name, v, w, d) for name, w, v, d in zip(names, weights, row, det, strict=True)]
                        for row, det in zip(values, details, strict=True)]
             else:

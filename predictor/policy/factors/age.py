@@ -28,5 +28,8 @@ class AgeFactor:
         return np.minimum(waited / self.cap_s, 1.0)
 
     def explain(self, ctx: CycleContext, i: int) -> str:
-        waited = max(ctx.now - float(ctx.pending.submit_ts[i]), 0.0)
-        return f"waited {hours(waited)} of a {hours(self.cap_s)} cap"
+        return self.explain_rows(ctx, np.array([i]))[0]
+
+    def explain_rows(self, ctx: CycleContext, rows: np.ndarray | slice) -> list[str]:
+        cap, now = hours(self.cap_s), ctx.now
+        return [f"waited {hours(max(now - s, 0.0))} of a {cap} cap" for s in ctx.pending.submit_ts[rows].tolist()]

@@ -24,8 +24,9 @@ __all__ = ["PriorityFactor", "hours"]
 class PriorityFactor(Protocol):
     """A priority factor.
 
-    ``values`` returns an array of shape (n_pending,) with every entry in [0, 1]; ``explain`` a short
-    phrase for job ``i`` (e.g. ``"waited 3.2 h of a 24 h cap"``).
+    ``values`` returns an array of shape (n_pending,) with every entry in [0, 1]; ``explain_rows`` a
+    short phrase for each pending row asked (e.g. ``"waited 3.2 h of a 24 h cap"``), reading each
+    column once for all of them (a batch's Decisions explain every job); ``explain`` the phrase of one.
     """
 
     name: ClassVar[str]
@@ -35,6 +36,8 @@ class PriorityFactor(Protocol):
     def values(self, ctx: CycleContext) -> np.ndarray: ...
 
     def explain(self, ctx: CycleContext, i: int) -> str: ...
+
+    def explain_rows(self, ctx: CycleContext, rows: np.ndarray | slice) -> list[str]: ...
 
 
 def hours(seconds: float) -> str:

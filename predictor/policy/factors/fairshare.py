@@ -30,10 +30,13 @@ class FairShareFactor:
         return ctx.fairshare
 
     def explain(self, ctx: CycleContext, i: int) -> str:
-        code = int(ctx.pending.team[i])
-        if code < 0:
-            return "no team: no usage on record"
-        team = ctx.snapshot.teams[code]
-        u = float(ctx.team_usage_fraction[code])
-        share = float(ctx.team_share_fraction[code])
-        return f"team {team} used {u:.0%} of recent GPU-time against a {share:.0%} share"
+        return self.explain_rows(ctx, np.array([i]))[0]
+
+    def explain_rows(self, ctx: CycleContext, rows: np.ndarray | slice) -> list[str]:
+        teams, usage, shares = ctx.snapshot.teams, ctx.team_usage_fraction, ctx.team_share_fraction
+        said: dict[int, str] = {}  # one phrase per team: every job of a team reads the same
+        for code in set(ctx.pending.team[rows].tolist()):
+            said[code] = ("no team: no usage on record" if code < 0 else
+                          f"team {teams[code]} used {float(usage[code]):.0%} of recent GPU-time against a "
+                          f"{float(shares[code]):.0%} share")
+        return [said[c] for c in ctx.pending.team[rows].tolist()]

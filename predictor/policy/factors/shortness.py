@@ -8,6 +8,7 @@ without a prediction gets ``unknown_value``.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import numpy as np
@@ -34,9 +35,16 @@ class ShortnessFactor:
         return np.where(np.isfinite(g), np.clip(v, 0.0, 1.0), self.unknown)
 
     def explain(self, ctx: CycleContext, i: int) -> str:
-        g = float(ctx.gpu_seconds[i])
-        if not np.isfinite(g):
-            return "no duration prediction"
+        return self.explain_rows(ctx, np.array([i]))[0]
+
+    def explain_rows(self, ctx: CycleContext, rows: np.ndarray | slice) -> list[str]:
         p = ctx.pending
-        share = "" if p.gpu_milli[i] >= 1000 else f" x {p.gpu_milli[i] / 1000:.2f}"
-        return f"predicted {g / 3600:.3g} GPU-h (p50 {hours(p.p50_s[i])} x {p.num_gpus[i]} GPU{share})"
+        out = []
+        for g, milli, p50, n in zip(ctx.gpu_seconds[rows].tolist(), p.gpu_milli[rows].tolist(),
+                                    p.p50_s[rows].tolist(), p.num_gpus[rows].tolist(), strict=True):
+            if not math.isfinite(g):
+                out.append("no duration prediction")
+                continue
+            share = "" if milli >= 1000 else f" x {milli / 1000:.2f}"
+            out.append(f"predicted {g / 3600:.3g} GPU-h (p50 {hours(p50)} x {n} GPU{share})")
+        return out

@@ -12,6 +12,7 @@ waiting never lowers its priority) unless ``factors.sla.demote_at_risk`` drops i
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import numpy as np
@@ -49,15 +50,25 @@ class SlaFactor:
         return np.where(has, urgency, 0.0)
 
     def explain(self, ctx: CycleContext, i: int) -> str:
-        d = float(ctx.deadline[i])
-        if not np.isfinite(d):
-            return "no deadline"
-        left = d - ctx.now
-        p90 = float(ctx.p90[i])
-        if left < p90:
-            return (f"cannot meet its deadline: {hours(left)} left, p90 run time {hours(p90)} "
-                    f"(at risk{', urgency dropped' if self.demote else ''})")
-        wait = max(float(ctx.expected_start[i]) - ctx.now, 0.0)
-        slack = left - p90 - wait
-        return (f"deadline in {hours(left)}: slack {hours(slack)} after p90 {hours(p90)} and expected "
-                f"wait {hours(wait)} (horizon {hours(ctx.sla_horizon[i])})")
+        return self.explain_rows(ctx, np.array([i]))[0]
+
+    def explain_rows(self, ctx: CycleContext, rows: np.ndarray | slice) -> list[str]:
+        deadline = ctx.deadline[rows].tolist()
+        if not any(math.isfinite(d) for d in deadline):  # most jobs have no SLA
+            return ["no deadline"] * len(deadline)
+        now, dropped = ctx.now, ", urgency dropped" if self.demote else ""
+        out = []
+        for d, p90, start, horizon in zip(deadline, ctx.p90[rows].tolist(), ctx.expected_start[rows].tolist(),
+                                          ctx.sla_horizon[rows].tolist(), strict=True):
+            if not math.isfinite(d):
+                out.append("no deadline")
+                continue
+            left = d - now
+            if left < p90:
+                out.append(f"cannot meet its deadline: {hours(left)} left, p90 run time {hours(p90)} "
+                           f"(at risk{dropped})")
+                continue
+            wait = max(start - now, 0.0)
+            out.append(f"deadline in {hours(left)}: slack {hours(left - p90 - wait)} after p90 {hours(p90)} and "
+                       f"expected wait {hours(wait)} (horizon {hours(horizon)})")
+        return out

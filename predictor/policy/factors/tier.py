@@ -22,8 +22,14 @@ class TierFactor:
         return ctx.tier_rank[ctx.tier_index]
 
     def explain(self, ctx: CycleContext, i: int) -> str:
-        tier = ctx.tier_names[ctx.tier_index[i]]
-        code = ctx.pending.tier[i]
-        asked = ctx.snapshot.tiers[code] if code >= 0 else None
-        via = "" if asked == tier else (f" (from {asked!r})" if asked else " (default tier)")
-        return f"tier {tier}{via}"
+        return self.explain_rows(ctx, np.array([i]))[0]
+
+    def explain_rows(self, ctx: CycleContext, rows: np.ndarray | slice) -> list[str]:
+        names, tiers = ctx.tier_names, ctx.snapshot.tiers
+        out = []
+        for t, code in zip(ctx.tier_index[rows].tolist(), ctx.pending.tier[rows].tolist(), strict=True):
+            tier = names[t]
+            asked = tiers[code] if code >= 0 else None
+            via = "" if asked == tier else (f" (from {asked!r})" if asked else " (default tier)")
+            out.append(f"tier {tier}{via}")
+        return out

@@ -32,7 +32,13 @@ class TopologyFactor:
         return np.where(best < NO_CLASS, 1.0 / slow, 0.0)
 
     def explain(self, ctx: CycleContext, i: int) -> str:
-        best = int(ctx.best_class_now[i])
-        if best >= NO_CLASS:
-            return "no placement free now"
-        return f"best placement free now: {PLACEMENT_CLASSES[best]} (slowdown {ctx.pending.slowdown[i, best]:.2f})"
+        return self.explain_rows(ctx, np.array([i]))[0]
+
+    def explain_rows(self, ctx: CycleContext, rows: np.ndarray | slice) -> list[str]:
+        cls = ctx.best_class_now[rows]
+        slowdown = ctx.pending.slowdown[rows]  # rows may be a slice
+        slow = slowdown[np.arange(len(cls)), np.minimum(cls, NO_CLASS - 1)].tolist()
+        best = cls.tolist()
+        return ["no placement free now" if b >= NO_CLASS else
+                f"best placement free now: {PLACEMENT_CLASSES[b]} (slowdown {s:.2f})"
+                for b, s in zip(best, slow, strict=True)]
