@@ -75,6 +75,11 @@ def placement_of(layout: ClusterLayout, gpus: np.ndarray, type_code: int, placem
                      placement_class=PLACEMENT_CLASSES[placement_class], slowdown=slowdown, gpu_indices=indices)
 
 
+def _larger_first(f: FactorScore) -> float:
+    """Sort key: the largest contribution first (``FactorScore.contribution``, without the property call)."""
+    return -(f.value * f.weight)
+
+
 def _index(rows: list[int]) -> slice | np.ndarray:
     """``rows`` as an index into the pending arrays: a slice when they are consecutive (a scoring
     request's candidates are; cheaper than a fancy index for the few rows of a request)."""
@@ -213,9 +218,9 @@ class DecisionWriter:
         """Factors as ``detail (value x weight)``, largest contribution first."""
         if self.keys.factor_values is None:
             return "; ".join(f.detail for f in factors)
-        ranked = sorted(factors, key=lambda f: -f.contribution)
-        return "; ".join(f"{f.detail} ({f.name} {f.value:.2f} x {f.weight:g})" if f.weight else f.detail
-                         for f in ranked)
+        ranked = sorted(factors, key=_larger_first)
+        return "; ".join([f"{f.detail} ({f.name} {f.value:.2f} x {f.weight:g})" if f.weight else f.detail
+                          for f in ranked])
 
     # ------------------------------------------------------------------ the Decision
     def victims(self, o: Outcome, lost_s: np.ndarray) -> tuple[Victim, ...]:
