@@ -136,3 +136,24 @@ def test_topology_factor_uses_best_free_class_and_slowdown():
     v, ctx, f = values("topology", *jobs, running=running)
     assert v.tolist() == pytest.approx([1.0, 1 / 1.5, 0.0])
     assert f.explain(ctx, 2) == "no placement free now"
+
+
+@pytest.mark.parametrize("name", sorted(FACTORS))
+def test_phrases_of_many_rows_equal_each_row_alone(name):
+    """``explain_rows`` over rows in any order, or a slice of them (as ``DecisionWriter`` passes
+    consecutive rows), gives each row's own ``explain``: with and without deadlines, teams, shares."""
+    jobs = []
+    for k in range(9):
+        job = make_job(f"j{k}").predict(600.0 * (k + 1), 2400.0 * (k + 1)).submitted(-H * k)
+        job = job.team("a" if k % 3 else "b") if k % 4 else job
+        job = job.tier(("production", "research", "sla")[k % 3])
+        job = job.share(250) if k % 5 == 0 else job.gpus(1 + k % 4)
+        jobs.append(job.deadline(6 * H) if k % 2 else job)
+    _, ctx, f = values(name, *jobs, usage={"a": 5 * H, "b": H}, running=[make_running("r").gpus(8).started(-H)])
+    alone = [f.explain(ctx, i) for i in range(len(jobs))]
+    assert f.explain_rows(ctx, slice(0, len(jobs))) == alone
+    shuffled = np.array([4, 0, 8, 2, 7, 1])
+    assert f.explain_rows(ctx, shuffled) == [alone[i] for i in shuffled]
+    no_deadline = np.array([6, 0, 2])  # the even rows have none: the SLA factor's shortcut
+    assert f.explain_rows(ctx, no_deadline) == [alone[i] for i in no_deadline]
+    assert all(isinstance(t, str) and t for t in alone)
