@@ -37,16 +37,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from benchmarks.duration_checks import LOGS, SHARED, VARIANTS, make_variant, split
+from benchmarks.duration_checks import LOGS, SHARED, VARIANTS, ingested_logs, make_variant, split
 from features.history import ended_events, history_state, numeric_column, object_column, request_keys
-from features.ingest import ingest, load_jobs
 from models.baselines import BASELINES, baseline_predictions
 from models.evaluate import duration_rows
 from models.metrics import point_metrics
@@ -214,8 +211,6 @@ def _signal_features(sig: pd.DataFrame) -> dict[str, np.ndarray]:
 
 
 def _lgbm(X: np.ndarray, y: np.ndarray, fit_rows: np.ndarray, val_rows: np.ndarray) -> np.ndarray:
-    import lightgbm as lgb
-
     params = {
         "objective": "l1",
         "learning_rate": 0.05,
@@ -227,15 +222,18 @@ def _lgbm(X: np.ndarray, y: np.ndarray, fit_rows: np.ndarray, val_rows: np.ndarr
         "verbose": -1,
         "deterministic": True,
     }
+    return _early_stopped(params, X, y, fit_rows, val_rows, rounds=1000, patience=50)
+
+
+def _early_stopped(params: dict, X: np.ndarray, y: np.ndarray, fit_rows: np.ndarray, val_rows: np.ndarray, *,
+                   rounds: int, patience: int) -> np.ndarray:
+    """Every row's prediction by a booster fitted on ``fit_rows``, stopped early on ``val_rows``."""
+    import lightgbm as lgb
+
     dtrain = lgb.Dataset(X[fit_rows], y[fit_rows])
     dval = lgb.Dataset(X[val_rows], y[val_rows], reference=dtrain)
-    booster = lgb.train(
-        params,
-        dtrain,
-        num_boost_round=1000,
-        valid_sets=[dval],
-        callbacks=[lgb.early_stopping(50, verbose=False)],
-    )
+    booster = lgb.train(params, dtrain, num_boost_round=rounds, valid_sets=[dval],
+                        callbacks=[lgb.early_stopping(patience, verbose=False)])
     return booster.predict(X, num_iteration=booster.best_iteration)
 
 
@@ -243,7 +241,6 @@ def _lgbm_window_mode(X: np.ndarray, y: np.ndarray, fit_rows: np.ndarray, val_ro
     """Log duration with the most predicted mass within 2x: a multiclass LightGBM on bins of
     ``BIN_WIDTH`` log seconds, then the bin centre whose +-log(2) window holds the most probability
     (what within-2x rewards; the L1 fit above aims at mean |log ratio|)."""
-    import lightgbm as lgb
 
     edges = np.arange(0.0, float(y[fit_rows].max()) + BIN_WIDTH, BIN_WIDTH)
     labels = np.clip(np.digitize(y, edges) - 1, 0, len(edges) - 1)
@@ -263,16 +260,7 @@ def _lgbm_window_mode(X: np.ndarray, y: np.ndarray, fit_rows: np.ndarray, val_ro
         "verbose": -1,
         "deterministic": True,
     }
-    dtrain = lgb.Dataset(X[fit_rows], code[labels[fit_rows]])
-    dval = lgb.Dataset(X[val], code[labels[val]], reference=dtrain)
-    booster = lgb.train(
-        params,
-        dtrain,
-        num_boost_round=300,
-        valid_sets=[dval],
-        callbacks=[lgb.early_stopping(20, verbose=False)],
-    )
-    prob = booster.predict(X, num_iteration=booster.best_iteration)
+    prob = _early_stopped(params, X, code[labels], fit_rows, val, rounds=300, patience=20)
     centres = edges[present] + BIN_WIDTH / 2
     window = np.abs(centres[:, None] - centres[None, :]) <= np.log(2.0)  # bins within 2x of each centre
     return centres[np.argmax(prob @ window.T, axis=1)]
@@ -440,20 +428,15 @@ def main() -> int:
     parser.add_argument("--logs", nargs="*", default=list(LOGS), choices=list(LOGS))
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     args = parser.parse_args()
-    folder = SHARED / "swf"
-    if not folder.is_dir():
-        print(f"shared data folder missing: {folder}", file=sys.stderr)
+    if not (SHARED / "swf").is_dir():
+        print(f"shared data folder missing: {SHARED / 'swf'}", file=sys.stderr)
         return 2
     results: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for log in args.logs:
-            out = Path(tmp) / f"{log}.parquet"
-            ingest("swf", [folder / LOGS[log]], out)
-            jobs = load_jobs(out)
-            results[log] = {}
-            for variant in args.variants:
-                results[log][variant] = experiment(jobs, log, variant)
-                print(f"{log} {variant} done", file=sys.stderr, flush=True)
+    for log, jobs in ingested_logs(args.logs):
+        results[log] = {}
+        for variant in args.variants:
+            results[log][variant] = experiment(jobs, log, variant)
+            print(f"{log} {variant} done", file=sys.stderr, flush=True)
     print(json.dumps(results, indent=2, default=float))
     return 0
 

@@ -30,6 +30,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -163,26 +164,30 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def ingested_logs(logs: list[str]) -> Iterator[tuple[str, pd.DataFrame]]:
+    """Each shared SWF log named (keys of ``LOGS``) ingested as a user would, with its jobs table."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for log in logs:
+            out = Path(tmp) / f"{log}.parquet"
+            ingest("swf", [SHARED / "swf" / LOGS[log]], out)
+            yield log, load_jobs(out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--logs", nargs="*", default=list(LOGS), choices=list(LOGS))
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--table", action="store_true", help="also print the markdown table on stderr")
     args = parser.parse_args()
-    folder = SHARED / "swf"
-    if not folder.is_dir():
-        print(f"shared data folder missing: {folder}", file=sys.stderr)
+    if not (SHARED / "swf").is_dir():
+        print(f"shared data folder missing: {SHARED / 'swf'}", file=sys.stderr)
         return 2
     results: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for log in args.logs:
-            out = Path(tmp) / f"{log}.parquet"
-            ingest("swf", [folder / LOGS[log]], out)
-            jobs = load_jobs(out)
-            results[log] = {}
-            for variant in args.variants:
-                results[log][variant] = check(jobs, variant)
-                print(f"{log} {variant} done", file=sys.stderr, flush=True)
+    for log, jobs in ingested_logs(args.logs):
+        results[log] = {}
+        for variant in args.variants:
+            results[log][variant] = check(jobs, variant)
+            print(f"{log} {variant} done", file=sys.stderr, flush=True)
     print(json.dumps(results, indent=2, default=float))
     if args.table:
         print(table(results), file=sys.stderr)
