@@ -210,17 +210,17 @@ def _signal_features(sig: pd.DataFrame) -> dict[str, np.ndarray]:
     }
 
 
+#: What both LightGBM fits share: leaf size, column sampling, one thread, reproducible.
+_FIXED = {"min_data_in_leaf": 50, "feature_fraction": 0.9, "num_threads": 1, "seed": 0, "verbose": -1,
+          "deterministic": True}
+
+
 def _lgbm(X: np.ndarray, y: np.ndarray, fit_rows: np.ndarray, val_rows: np.ndarray) -> np.ndarray:
     params = {
         "objective": "l1",
         "learning_rate": 0.05,
         "num_leaves": 31,
-        "min_data_in_leaf": 50,
-        "feature_fraction": 0.9,
-        "num_threads": 1,
-        "seed": 0,
-        "verbose": -1,
-        "deterministic": True,
+        **_FIXED,
     }
     return _early_stopped(params, X, y, fit_rows, val_rows, rounds=1000, patience=50)
 
@@ -241,7 +241,6 @@ def _lgbm_window_mode(X: np.ndarray, y: np.ndarray, fit_rows: np.ndarray, val_ro
     """Log duration with the most predicted mass within 2x: a multiclass LightGBM on bins of
     ``BIN_WIDTH`` log seconds, then the bin centre whose +-log(2) window holds the most probability
     (what within-2x rewards; the L1 fit above aims at mean |log ratio|)."""
-
     edges = np.arange(0.0, float(y[fit_rows].max()) + BIN_WIDTH, BIN_WIDTH)
     labels = np.clip(np.digitize(y, edges) - 1, 0, len(edges) - 1)
     present = np.unique(labels[fit_rows])
@@ -253,12 +252,7 @@ def _lgbm_window_mode(X: np.ndarray, y: np.ndarray, fit_rows: np.ndarray, val_ro
         "num_class": len(present),
         "learning_rate": 0.1,
         "num_leaves": 15,
-        "min_data_in_leaf": 50,
-        "feature_fraction": 0.9,
-        "num_threads": 1,
-        "seed": 0,
-        "verbose": -1,
-        "deterministic": True,
+        **_FIXED,
     }
     prob = _early_stopped(params, X, code[labels], fit_rows, val, rounds=300, patience=20)
     centres = edges[present] + BIN_WIDTH / 2
