@@ -27,16 +27,17 @@ from features.history import HistoryStore
 from models.prediction import PREDICTION_COLUMNS, Prediction
 from predictor.capacity.inventory import Inventory
 from predictor.capacity.layout import MILLI, ClusterLayout
-from predictor.capacity.placement import GangMemo, find_gang
+from predictor.capacity.placement import find_gang
 from predictor.engine.model_slot import LoadedModel, ModelSlot
 from predictor.engine.predictions import predict_with, prediction_columns, predictions_from_columns
 from predictor.engine.queue_picture import QueuePicture, canonical_frame
 from predictor.policy import intake
 from predictor.policy.config import PolicyConfig
 from predictor.policy.decision import Decision
+from predictor.policy.incremental import IncrementalScheduler
 from predictor.policy.ledger import FairShareLedger, JobEvent
 from predictor.policy.plan import SchedulePlan
-from predictor.policy.scheduler import run_cycle, write_plan
+from predictor.policy.scheduler import write_plan
 
 __all__ = ["Engine", "Scored", "ScoredBatch", "UsageCharge", "ClusterDecisions", "decisions_for_rows",
            "predictions_from_columns", "prediction_columns"]
@@ -114,7 +115,7 @@ class Engine:
         self._ledger = FairShareLedger(policy.factors.fairshare.half_life_s)
         self._picture = QueuePicture.empty(self.layout)
         self._open_runs_cache: tuple[object, float, float, FairShareLedger] | None = None
-        self._memos = threading.local()  # one GangMemo per thread (scoring runs in a thread pool)
+        self._memos = threading.local()  # one IncrementalScheduler per thread (scoring runs in a thread pool)
 
     # ------------------------------------------------------------------ what scoring reads
     @property
@@ -266,19 +267,26 @@ class Engine:
         ``policy``: decide under this policy instead of the one in force; ``explain``, ``write_rows``:
         see ``decide``).
 
-        ``decide`` with this thread's gang memo (``predictor.capacity.placement.GangMemo``): the same
-        placements, remembered across requests while the tracked picture's free capacity is unchanged
-        (every scoring request searches the tracked pending jobs' gangs again on the same GPUs)."""
+        ``decide`` through this thread's :class:`~predictor.policy.incremental.IncrementalScheduler`
+        (the one the replay uses): the same Decisions, with its gang memo
+        (``predictor.capacity.placement.GangMemo``) remembering placements across requests while the
+        tracked picture's free capacity is unchanged (every scoring request searches the tracked
+        pending jobs' gangs again on the same GPUs). Its thin walk is off: every Decision written here
+        needs the full walk's reasons."""
         policy = policy or self._policy
         snapshot = picture.snapshot(now, self.team_usage(now, picture, extra))
-        cycle = run_cycle(snapshot, policy, gang_memo=self._gang_memo())
-        return write_plan(cycle, policy, explain=explain, write_rows=write_rows)
+        return write_plan(self.scheduler(policy).cycle(snapshot), policy, explain=explain, write_rows=write_rows)
 
-    def _gang_memo(self) -> GangMemo:
-        memo = getattr(self._memos, "memo", None)
-        if memo is None:
-            memo = self._memos.memo = GangMemo(self.layout)
-        return memo
+    def scheduler(self, policy: PolicyConfig | None = None) -> IncrementalScheduler:
+        """This thread's scheduler for ``policy`` (the one in force by default); its gang memo is kept
+        when the policy changes (the memo's answers do not depend on the policy)."""
+        policy = policy or self._policy
+        held = getattr(self._memos, "scheduler", None)
+        if held is None or held.policy is not policy:
+            memo = held.gang_memo if held is not None else None
+            held = self._memos.scheduler = IncrementalScheduler(policy, thin_after=None)
+            held.gang_memo = memo
+        return held
 
     def score(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None,
               explain: bool = True) -> list[Scored]:

@@ -36,11 +36,14 @@ Everything else (ordering, starvation guard, admission walk, reservations, preem
 ``decide()`` on this cycle's snapshot: the order of ``ours`` moves with fair-share usage (open runs
 are charged continuously), free capacity (topology factor) and time, so it is recomputed each cycle.
 
-How the engine adopts it: hold one ``IncrementalScheduler`` per policy next to its queue picture,
-size each job once when it enters the queue (a ``JobSizing`` over its table; or pass no sizing:
-it is then computed in full, still correct), and
-call ``plan(...).full()`` where it needs Decisions (``/v1/jobs`` answers), ``plan(...).acts`` where it
-only acts (``sync``).
+Who holds one: the replay (``predictor.sim.rules.PolicyRules``: the thin walk on, the trace sized
+once, acts only) and the engine (``predictor.engine.engine.Engine.plan``: one per scoring thread and
+policy, so the service, ``predictor sync`` and ``predictor policy decide`` keep the gang memo between
+requests; the thin walk off (``thin_after=None``), because they write a Decision for jobs the thin
+walk passes over, and those Decisions' wait reasons come from the full walk; sizing computed each
+cycle, because sizing one candidate costs what sizing a short tracked queue does: ``size_jobs`` is a
+few array operations whatever the rows). :meth:`IncrementalScheduler.cycle` is the cycle both call;
+``scheduler.write_plan`` writes the Decisions from it, ``LightPlan`` the acts.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from predictor.capacity.placement import GangMemo
 from predictor.capacity.sizing import SizingConfig, SizingOutcome, size_jobs
 from predictor.policy.config import PolicyConfig
 from predictor.policy.light_plan import LightPlan, light_plan
-from predictor.policy.scheduler import run_cycle
+from predictor.policy.scheduler import CycleResult, run_cycle
 from predictor.policy.snapshot import ClusterSnapshot
 
 __all__ = ["IncrementalScheduler", "JobSizing", "THIN_AFTER"]
@@ -116,15 +119,19 @@ class IncrementalScheduler:
         self.thin_after = thin_after
         self.gang_memo: GangMemo | None = None
 
-    def plan(self, snapshot: ClusterSnapshot, *, sizing: SizingOutcome | None = None,
-             explain: bool = False) -> LightPlan:
-        """One cycle on ``snapshot``: the acts of ``decide(snapshot, policy)``.
+    def cycle(self, snapshot: ClusterSnapshot, *, sizing: SizingOutcome | None = None) -> CycleResult:
+        """Phases 1-4 of ``decide(snapshot, policy)`` with what this scheduler keeps (the gang memo,
+        the thin walk): what ``scheduler.write_plan`` turns into Decisions.
 
         ``sizing``: the pending rows' sizing when the caller keeps it (:meth:`JobSizing.take`); it must
-        equal ``size_jobs`` on the snapshot. ``explain`` is what ``LightPlan.full()`` writes.
-        """
+        equal ``size_jobs`` on the snapshot."""
         memo = self.gang_memo
         if memo is None or memo.layout is not snapshot.layout:
             memo = self.gang_memo = GangMemo(snapshot.layout)
-        return light_plan(run_cycle(snapshot, self.policy, sizing, memo, self.thin_after), self.policy,
-                          explain=explain)
+        return run_cycle(snapshot, self.policy, sizing, memo, self.thin_after)
+
+    def plan(self, snapshot: ClusterSnapshot, *, sizing: SizingOutcome | None = None,
+             explain: bool = False) -> LightPlan:
+        """One cycle on ``snapshot``: the acts of ``decide(snapshot, policy)`` (``sizing``: see
+        :meth:`cycle`). ``explain`` is what ``LightPlan.full()`` writes."""
+        return light_plan(self.cycle(snapshot, sizing=sizing), self.policy, explain=explain)

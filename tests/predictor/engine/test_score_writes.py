@@ -100,7 +100,7 @@ def test_remembered_gang_searches_decide_as_decide(busy_engine: Engine) -> None:
             scored = busy_engine.score(frame, NOW)
             assert [decision_doc(s.decision) for s in scored] == \
                 [decision_doc(reference.decision_for(r["job_id"])) for r in jobs]
-    memo = busy_engine._gang_memo()
+    memo = busy_engine.scheduler().gang_memo
     assert memo.hits > memo.misses  # the memo answered most searches
 
 
@@ -113,3 +113,17 @@ def test_scoring_the_id_of_a_running_job_is_refused(busy_engine: Engine) -> None
     # a tracked pending job's id replaces it (scored as if resubmitted), not an error
     assert [s.decision.job_id for s in busy_engine.score(_frame([{"job_id": "p0", "num_gpus": 1,
                                                                   "state": "PENDING"}]), NOW)] == ["p0"]
+
+
+def test_the_engine_decides_through_the_replays_scheduler_with_the_full_walk(busy_engine: Engine) -> None:
+    """One scheduler per thread and policy (the replay's ``IncrementalScheduler``), thin walk off (every
+    Decision it writes needs the full walk's reasons); a policy change keeps the gang memo."""
+    from predictor.policy.incremental import IncrementalScheduler
+
+    busy_engine.score(_frame([{"job_id": "n0", "num_gpus": 2, "state": "PENDING"}]), NOW)
+    held = busy_engine.scheduler()
+    assert isinstance(held, IncrementalScheduler) and held.thin_after is None
+    assert busy_engine.scheduler() is held and held.gang_memo is not None
+    busy_engine.set_policy(busy_engine.policy.model_copy(deep=True))
+    fresh = busy_engine.scheduler()
+    assert fresh is not held and fresh.policy is busy_engine.policy and fresh.gang_memo is held.gang_memo
