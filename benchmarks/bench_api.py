@@ -43,6 +43,7 @@ import asyncio
 import collections
 import json
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -88,17 +89,32 @@ def job_specs(jobs, n: int) -> list[dict]:  # noqa: ANN001
     return specs
 
 
-def register_model(jobs, workdir: Path, tracking: str) -> str:  # noqa: ANN001
-    """Fit a bundle (default settings, one LightGBM thread) and make it ``champion``; returns its version."""
+def trained_bundle(jobs, path: Path | None = None):  # noqa: ANN001, ANN201 - a JobPredictorBundle
+    """A bundle fitted on ``jobs`` (default settings, one LightGBM thread); with ``path``, read from that
+    pickle when it exists (written there after fitting otherwise), so that repeated runs and
+    ``bench_serve_cpu.py`` measure the same model without fitting it again."""
+    if path is not None and path.exists():
+        with path.open("rb") as f:
+            return pickle.load(f)
+    from models.fit import fit_bundle
+    from models.lgbm import BoosterParams
+
+    bundle = fit_bundle(jobs, duration_params=BoosterParams(num_threads=1))
+    if path is not None:
+        with path.open("wb") as f:
+            pickle.dump(bundle, f)
+    return bundle
+
+
+def register_model(jobs, workdir: Path, tracking: str, bundle_path: Path | None = None) -> str:  # noqa: ANN001
+    """Fit a bundle (``trained_bundle``) and make it ``champion``; returns its version."""
     import mlflow
     from mlflow import MlflowClient
 
-    from models.fit import fit_bundle
-    from models.lgbm import BoosterParams
     from models.registry import ensure_experiment, log_bundle, register_version
 
+    bundle = trained_bundle(jobs, bundle_path)
     os.chdir(workdir)
-    bundle = fit_bundle(jobs, duration_params=BoosterParams(num_threads=1))
     mlflow.set_tracking_uri(tracking)
     mlflow.set_experiment(experiment_id=ensure_experiment("bench-api"))
     with mlflow.start_run():
@@ -470,6 +486,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="the service's PREDICTOR_QUEUE_WAIT_MS (default: the service's own default)")
     ap.add_argument("--tracked", type=int, default=30, help="jobs in the tracked queue (two thirds running)")
     ap.add_argument("--history-jobs", type=int, default=3000, help="synthetic jobs to train on")
+    ap.add_argument("--bundle", type=Path, help="pickle of the trained bundle: read if it exists, else written "
+                    "after training (the same file bench_serve_cpu.py --bundle reads and writes)")
     ap.add_argument("--stage-repeats", type=int, default=2,
                     help="passes over 300 single jobs and 10 batches for the in-process stage breakdown (0: skip)")
     args = ap.parse_args(argv)
@@ -484,7 +502,7 @@ def main(argv: list[str] | None = None) -> dict:
         if args.model == "trained":
             with console.status(f"training on {len(jobs)} synthetic jobs and registering"):
                 t = time.perf_counter()
-                model = register_model(jobs, workdir, tracking)
+                model = register_model(jobs, workdir, tracking, args.bundle)
                 console.print(f"registered {model} as champion in {time.perf_counter() - t:.0f} s")
         port = free_port()
         base = f"http://127.0.0.1:{port}"

@@ -27,7 +27,6 @@ import asyncio
 import cProfile
 import json
 import os
-import pickle
 import statistics
 import sys
 import tempfile
@@ -35,23 +34,14 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_api import job_specs, synthetic_jobs
+from benchmarks.bench_api import trained_bundle as api_bundle
 
 TOKEN = "bench-token-0123456789abcdef"
 
 
 def trained_bundle(path: Path | None, history_jobs: int):  # noqa: ANN201 - a JobPredictorBundle
     """The bundle ``bench_api.py`` trains (pickled to ``path`` the first time, read from it after)."""
-    if path is not None and path.exists():
-        with path.open("rb") as f:
-            return pickle.load(f)
-    from models.fit import fit_bundle
-    from models.lgbm import BoosterParams
-
-    bundle = fit_bundle(synthetic_jobs(history_jobs, seed=7), duration_params=BoosterParams(num_threads=1))
-    if path is not None:
-        with path.open("wb") as f:
-            pickle.dump(bundle, f)
-    return bundle
+    return api_bundle(synthetic_jobs(history_jobs, seed=7), path)
 
 
 class ASGICaller:
