@@ -71,7 +71,7 @@ def _fill_nodes(layout: ClusterLayout, usable: np.ndarray, node_order: np.ndarra
     left = need
     for n in node_order[:upto].tolist():
         first = layout.node_first_gpu[n]
-        local = np.flatnonzero(usable[first:first + layout.node_gpus[n]]) + first
+        local = usable[first:first + layout.node_gpus[n]].nonzero()[0] + first
         taken.append(local[:left])
         left -= len(taken[-1])
         if left <= 0:
@@ -106,14 +106,14 @@ def find_gang(layout: ClusterLayout, usable: np.ndarray, num_gpus: int, *,
     if need < 1:
         raise ValueError(f"a gang needs at least one GPU, got {num_gpus}")
     if strategy == "first_fit":
-        cand = np.flatnonzero(usable)[:need]
+        cand = usable.nonzero()[0][:need]
         if len(cand) < need:
             return None
         choice = _choice(layout, cand)
         return choice if choice.placement_class <= max_class else None
 
     if need == 1:
-        cand = np.flatnonzero(usable)
+        cand = usable.nonzero()[0]
         if len(cand) == 0:
             return None
         if free_milli is not None:
@@ -123,7 +123,7 @@ def find_gang(layout: ClusterLayout, usable: np.ndarray, num_gpus: int, *,
             pick = cand[np.argmin(per_node[layout.gpu_node[cand]])]
         return GangChoice(gpus=np.array([pick], dtype=np.int64), placement_class=NVLINK)
 
-    idx = np.flatnonzero(usable)
+    idx = usable.nonzero()[0]  # the method: np.flatnonzero's two Python-level wrappers cost more on 1-D masks
     if len(idx) < need:
         return None
     node_counts = np.bincount(layout.gpu_node[idx], minlength=layout.n_nodes)
@@ -145,7 +145,7 @@ def find_gang(layout: ClusterLayout, usable: np.ndarray, num_gpus: int, *,
             return None
         node = _best_fit_unit(node_counts, need)
         first = layout.node_first_gpu[node]
-        local = np.flatnonzero(usable[first:first + layout.node_gpus[node]])[:need] + first
+        local = usable[first:first + layout.node_gpus[node]].nonzero()[0][:need] + first
         return _choice(layout, local)
     if max_class < SAME_RACK:
         return None

@@ -111,7 +111,7 @@ class Admission(PreemptionSteps):
         list look-ups; only jobs with something to do pay for placement searches."""
         ctx, book = self.ctx, self.book
         sizing = ctx.sizing
-        for i in np.flatnonzero(sizing.flavor < 0).tolist():
+        for i in (sizing.flavor < 0).nonzero()[0].tolist():
             self.outcomes[i] = Outcome("reject", note=self._never_note(i))
         sizing_never = sizing.flavor < 0
         # per-job columns as lists for the walk's look-ups; a thin walk over a long queue looks up a

@@ -158,7 +158,7 @@ class CycleContext:
         feasible = (allowed[:, :, None] & (maxima[None, :, :] >= g[:, None, None])).any(axis=1)  # (n, 5)
         share = p.gpu_milli < MILLI
         if share.any():  # a share job is "nvlink" on one GPU; several shares land anywhere
-            rows = np.flatnonzero(share)
+            rows = share.nonzero()[0]
             enough = np.zeros(len(rows), dtype=bool)
             for t in range(lay.n_types):
                 free_t = np.sort(book.free_milli[lay.type_masks[t]])
@@ -244,7 +244,7 @@ def free_maxima(lay: ClusterLayout, free_milli: np.ndarray) -> np.ndarray:
     maxima = np.zeros((lay.n_types, 5), dtype=np.int64)
     for t in range(lay.n_types):
         usable = whole & lay.type_masks[t]
-        idx = np.flatnonzero(usable)
+        idx = usable.nonzero()[0]
         if len(idx) == 0:
             continue
         per_node = np.bincount(lay.gpu_node[idx], minlength=lay.n_nodes)

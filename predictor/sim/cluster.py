@@ -112,13 +112,13 @@ class ClusterState:
                 if (self.free_milli[g] < milli).any():
                     raise PlanError(f"placement on {node}: GPUs {tuple(local)} lack {milli} free milli-GPU")
             else:
-                fits = np.flatnonzero(self.free_milli[lo : lo + n] >= milli)
+                fits = (self.free_milli[lo : lo + n] >= milli).nonzero()[0]
                 if len(fits) < count:
                     raise PlanError(f"placement wants {count} GPU(s) with {milli} milli free on {node}, {len(fits)} have it")
                 g = lo + fits[:count]
             chosen.append(g)
         if len(chosen) == 1 and node not in explicit:
-            return chosen[0]  # distinct by construction (flatnonzero on one node)
+            return chosen[0]  # distinct by construction (the free GPUs of one node)
         gpus = np.concatenate(chosen) if chosen else np.empty(0, dtype=np.int64)
         listed = gpus.tolist()
         if len(set(listed)) != len(listed):
@@ -182,12 +182,12 @@ class ClusterState:
 
     def _allocations(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         owner_all = self.slot_job
-        used = np.flatnonzero(owner_all >= 0)
+        used = (owner_all >= 0).nonzero()[0]
         order = used[np.argsort(owner_all[used], kind="stable")]
         owner, gpu = owner_all[order], self.slot_gpu[order]
         if len(owner) == 0:
             return owner, np.zeros(1, dtype=np.int64), gpu
-        starts = np.flatnonzero(np.concatenate(([True], owner[1:] != owner[:-1])))
+        starts = np.concatenate(([True], owner[1:] != owner[:-1])).nonzero()[0]
         jobs = owner[starts]
         offsets = np.append(starts, len(owner)).astype(np.int64)
         return jobs, offsets, gpu
