@@ -283,9 +283,8 @@ class Engine:
         policy = policy or self._policy
         held = getattr(self._memos, "scheduler", None)
         if held is None or held.policy is not policy:
-            memo = held.gang_memo if held is not None else None
-            held = self._memos.scheduler = IncrementalScheduler(policy, thin_after=None)
-            held.gang_memo = memo
+            held = self._memos.scheduler = IncrementalScheduler(
+                policy, thin_after=None, gang_memo=held.gang_memo if held is not None else None)
         return held
 
     def score(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None,

@@ -112,12 +112,18 @@ class IncrementalScheduler:
     Parameters
     ----------
     policy : PolicyConfig
+    thin_after : int or None
+        Walk only the jobs that may still act past this many (``Admission``); None: the full walk,
+        which callers writing Decisions for every job need.
+    gang_memo : GangMemo, optional
+        A memo to keep (another scheduler's on the same layout); a new one otherwise.
     """
 
-    def __init__(self, policy: PolicyConfig, *, thin_after: int | None = THIN_AFTER) -> None:
+    def __init__(self, policy: PolicyConfig, *, thin_after: int | None = THIN_AFTER,
+                 gang_memo: GangMemo | None = None) -> None:
         self.policy = policy
         self.thin_after = thin_after
-        self.gang_memo: GangMemo | None = None
+        self.gang_memo = gang_memo  # kept from another scheduler (its answers do not depend on the policy)
 
     def cycle(self, snapshot: ClusterSnapshot, *, sizing: SizingOutcome | None = None) -> CycleResult:
         """Phases 1-4 of ``decide(snapshot, policy)`` with what this scheduler keeps (the gang memo,
