@@ -40,6 +40,9 @@ def register(app: typer.Typer) -> None:
         fairness_window_s: Annotated[float, typer.Option(help="window of the per-team share / Jain index")] = 3600.0,
         default_checkpoint_s: Annotated[float, typer.Option(help="checkpoint interval of jobs that do not say")] = 3600.0,
         cycle_s: Annotated[float | None, typer.Option(help="scheduler cycle of the replay (see simulate)")] = None,
+        parts: Annotated[int, typer.Option("--parts", help=(
+            "the chosen point must also be no worse than qssf on each of this many consecutive parts of "
+            "the tuning window (0: the whole window only)"))] = 2,
         mlflow: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help=(
             "log the study to MLflow (MLFLOW_TRACKING_URI, else ./mlflow.db)"))] = True,
         experiment: Annotated[str, typer.Option("--experiment", help="MLflow experiment name")] = "policy-tuning",
@@ -72,6 +75,8 @@ def register(app: typer.Typer) -> None:
         check_fractions(train_fraction, validate_fraction)
         if starvation_hours <= 0 or fairness_window_s <= 0 or default_checkpoint_s <= 0:
             raise InputError("--starvation-hours, --fairness-window-s and --default-checkpoint-s must be positive")
+        if parts < 0:
+            raise InputError(f"--parts must be 0 or more, got {parts}")
         if cycle_s is not None and not cycle_s > 0:
             raise InputError(f"--cycle-s must be positive, got {cycle_s}")
         if policy_file is not None:
@@ -84,7 +89,7 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"{jobs}: every row was rejected ({rejects['reject_reason'].value_counts().to_dict()})")
         settings = TuneSettings(
             trials=trials, objectives=objectives, seed=seed, population=population, sampler=sampler,
-            train_fraction=train_fraction, validate_fraction=validate_fraction,
+            train_fraction=train_fraction, validate_fraction=validate_fraction, parts=parts,
             sim=SimConfig(default_checkpoint_s=default_checkpoint_s, cycle_s=cycle_s),
             metrics=MetricsConfig(starvation_s=starvation_hours * 3600.0, fairness_window_s=fairness_window_s))
         run = {"jobs_file": str(jobs), "cluster": cluster, "policy_file": None if policy_file is None else str(policy_file),

@@ -39,6 +39,7 @@ __all__ = [
     "METRIC_KEYS",
     "MetricsConfig",
     "jain_index",
+    "part_metrics",
     "water_fill",
     "window_integrals",
     "team_windows",
@@ -271,6 +272,15 @@ def policy_metrics(record: ReplayRecord, config: MetricsConfig | None = None) ->
         },
     }
     return metrics, extra
+
+
+def part_metrics(record: ReplayRecord, parts: int, config: MetricsConfig | None = None) -> list[dict]:
+    """:func:`policy_metrics`' metric set on each of ``parts`` consecutive groups of jobs of equal
+    count by submit time (the first half and the second half of the window for 2): each group's
+    jobs judged in the replay of all of them (``ReplayRecord.restricted``). Used to ask whether a
+    policy's gain over a baseline holds through a window or comes from one stretch of it."""
+    return [policy_metrics(record.restricted(rows), config)[0]
+            for rows in np.array_split(np.arange(len(record.jobs)), parts) if len(rows)]
 
 
 def _lost_by_checkpoint_kind(record: ReplayRecord, lost_gpu_h: np.ndarray) -> dict[str, float]:

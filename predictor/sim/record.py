@@ -7,7 +7,7 @@ reports read the finished :class:`ReplayRecord` as numpy arrays.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -145,6 +145,24 @@ class ReplayRecord:
             notes=notes,
             pred_p50_s=None if pred_p50_s is None else np.asarray(pred_p50_s, dtype=np.float64).copy(),
         )
+
+    def restricted(self, rows: np.ndarray) -> ReplayRecord:
+        """The same replay seen through the jobs at ``rows`` only (ascending positions): their per-job
+        outcomes and their run segments (renumbered), for metrics over part of a window. The cluster,
+        the queue series and the replay's counters are the whole replay's."""
+        rows = np.asarray(rows, dtype=np.int64)
+        renumber = np.full(len(self.jobs), -1, dtype=np.int64)
+        renumber[rows] = np.arange(len(rows), dtype=np.int64)
+        seg = renumber[self.seg_job] >= 0
+        per_job = {name: getattr(self, name)[rows] for name in (
+            "status", "first_start", "end", "wait_s", "queued_since", "run_s", "preemptions", "lost_s",
+            "oom_failures", "placement_class")}
+        return replace(
+            self, jobs=self.jobs.take(rows), **per_job,
+            seg_job=renumber[self.seg_job[seg]], seg_start=self.seg_start[seg], seg_end=self.seg_end[seg],
+            seg_kind=self.seg_kind[seg], seg_lost_s=self.seg_lost_s[seg], seg_class=self.seg_class[seg],
+            rejected_reasons={int(renumber[j]): r for j, r in self.rejected_reasons.items() if renumber[j] >= 0},
+            pred_p50_s=None if self.pred_p50_s is None else self.pred_p50_s[rows])
 
     def jobs_frame(self) -> pd.DataFrame:
         """One row per replayed job: ``job_id``, ``policy``, ``team``, ``num_gpus``, ``gpu_type``,

@@ -152,6 +152,17 @@ class JobTable:
         """Total thousandths of a GPU each job holds while running (num_gpus x gpu_milli)."""
         return self.num_gpus * self.gpu_milli
 
+    def take(self, rows: np.ndarray) -> JobTable:
+        """The table of the jobs at ``rows`` (ascending positions: the submit order is kept); ``teams``
+        and ``origin_ts`` are kept, so team codes and times mean the same in both tables."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return JobTable(
+            frame=self.frame.iloc[rows].reset_index(drop=True), submit_s=self.submit_s[rows],
+            work_s=self.work_s[rows], num_gpus=self.num_gpus[rows], gpu_milli=self.gpu_milli[rows],
+            slowdown=self.slowdown[rows], peak_vram_mib=self.peak_vram_mib[rows],
+            checkpoint_s=self.checkpoint_s[rows], deadline_s=self.deadline_s[rows],
+            team_code=self.team_code[rows], teams=self.teams, origin_ts=self.origin_ts)
+
     def class_index(self, placement_class: str) -> int:
         """Column of ``slowdown`` for a placement class; ``InputError`` for an unknown one."""
         try:

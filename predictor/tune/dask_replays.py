@@ -33,11 +33,12 @@ from features.errors import InputError
 from predictor.capacity.inventory import Inventory
 from predictor.policy.config import PolicyConfig
 from predictor.sim.experiment import replay_each
-from predictor.sim.metrics import METRIC_KEYS, MetricsConfig, policy_metrics
+from predictor.sim.metrics import METRIC_KEYS, MetricsConfig, part_metrics, policy_metrics
 from predictor.sim.predictions import PredictionTable
 from predictor.sim.record import ReplayRecord
 from predictor.sim.replay import SimConfig
 from predictor.sim.workload import JobTable
+from predictor.tune.choice import GUARDS, part_key
 from predictor.tune.windows import Window
 
 __all__ = ["dask_client", "default_workers", "ReplayData", "WindowData", "WindowReplays", "ReplayOutcome",
@@ -94,10 +95,13 @@ class ReplayData:
     inventory: Inventory
     sim: SimConfig
     metrics: MetricsConfig
+    parts: int = 0  # also the rule's metrics on this many consecutive parts of the window (0: none)
 
     @classmethod
-    def of(cls, window: Window, inventory: Inventory, sim: SimConfig, metrics: MetricsConfig) -> ReplayData:
-        return cls(window.jobs, dict(window.predictions), inventory, replace(sim, show_progress=False), metrics)
+    def of(cls, window: Window, inventory: Inventory, sim: SimConfig, metrics: MetricsConfig,
+           parts: int = 0) -> ReplayData:
+        return cls(window.jobs, dict(window.predictions), inventory, replace(sim, show_progress=False), metrics,
+                   parts)
 
 
 class WindowData(WorkerPlugin):
@@ -124,13 +128,19 @@ class ReplayOutcome:
     pid: int
 
 
-def _metrics(record: ReplayRecord, config: MetricsConfig) -> dict[str, float | None]:
+def _plain(v):  # noqa: ANN001, ANN202 - numpy scalar or float -> float / int, NaN -> None
+    v = v.item() if hasattr(v, "item") else v
+    return None if isinstance(v, float) and v != v else v
+
+
+def _metrics(record: ReplayRecord, config: MetricsConfig, parts: int = 0) -> dict[str, float | None]:
+    """The ``report.json`` metric set, then with ``parts`` the choice rule's metrics on each part of
+    the window (``predictor.tune.choice.part_key``)."""
     values, _ = policy_metrics(record, config)
-    out: dict[str, float | None] = {}
-    for k in METRIC_KEYS:
-        v = values[k]
-        v = v.item() if hasattr(v, "item") else v
-        out[k] = None if isinstance(v, float) and v != v else v  # NaN -> None
+    out: dict[str, float | None] = {k: _plain(values[k]) for k in METRIC_KEYS}
+    if parts:
+        for i, part in enumerate(part_metrics(record, parts, config), start=1):
+            out.update({part_key(i, k): _plain(part[k]) for k in GUARDS})
     return out
 
 
@@ -146,7 +156,7 @@ def replay_task(key: str, name: str, policy: PolicyConfig, predictions: str) -> 
     if data is None:
         raise RuntimeError(f"replay data {key} is not loaded on this worker (was its plugin registered?)")
     start = time.process_time()
-    metrics = _metrics(replay_record(data, name, policy, predictions), data.metrics)
+    metrics = _metrics(replay_record(data, name, policy, predictions), data.metrics, data.parts)
     return ReplayOutcome(metrics, time.process_time() - start, os.getpid())
 
 
@@ -157,10 +167,10 @@ class WindowReplays:
     """
 
     def __init__(self, client: Client, window: Window, inventory: Inventory, sim: SimConfig,
-                 metrics: MetricsConfig) -> None:
+                 metrics: MetricsConfig, parts: int = 0) -> None:
         self.client = client
         self.key = f"{window.name}-{uuid.uuid4().hex[:12]}"
-        self.plugin = WindowData(self.key, ReplayData.of(window, inventory, sim, metrics))
+        self.plugin = WindowData(self.key, ReplayData.of(window, inventory, sim, metrics, parts))
 
     def __enter__(self) -> WindowReplays:
         self.client.register_plugin(self.plugin, name=self.plugin.name)

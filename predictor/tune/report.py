@@ -83,6 +83,7 @@ def study_document(result: TuneResult, run: Mapping | None = None) -> dict:
         "settings": {"trials": cfg.trials, "seed": cfg.seed, "population": cfg.population, "sampler": cfg.sampler,
                      "objectives": [{"metric": o.metric, "direction": o.direction} for o in cfg.objectives],
                      "train_fraction": cfg.train_fraction, "validate_fraction": cfg.validate_fraction,
+                     "parts": cfg.parts,
                      "search_space": [{"path": p.path, "low": p.low, "high": p.high, "log": p.log,
                                        "integer": p.integer} for p in cfg.space]},
         "chosen_trial": result.chosen.number, "chosen_qualified": result.choice.qualified,

@@ -56,6 +56,9 @@ class TuneSettings:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     space: tuple[Parameter, ...] = SEARCH_SPACE
     fit_options: dict = field(default_factory=dict)
+    #: consecutive parts of the tuning window the chosen point must also be no worse than QSSF on
+    #: (``predictor.tune.choice``; 0: the whole window only)
+    parts: int = 2
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,7 @@ def tune_policy(jobs: pd.DataFrame, inventory: Inventory, client: Client, settin
     workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
 
     started = time.perf_counter()
-    with WindowReplays(client, tune_window, inventory, cfg.sim, cfg.metrics) as tuning:
+    with WindowReplays(client, tune_window, inventory, cfg.sim, cfg.metrics, parts=cfg.parts) as tuning:
         baselines = {n: tuning.submit(f"baseline-{n}", n, presets[n], POLICIES[n].predictions)
                      for n in TUNING_BASELINES}
 

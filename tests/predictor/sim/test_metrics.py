@@ -6,6 +6,7 @@ from predictor.sim.metrics import (
     METRIC_KEYS,
     MetricsConfig,
     jain_index,
+    part_metrics,
     policy_metrics,
     water_fill,
     window_integrals,
@@ -86,3 +87,40 @@ def test_short_windows_see_the_unfairness_a_long_window_averages_away():
     metrics, extra = policy_metrics(rec, MetricsConfig(fairness_window_s=100.0))
     assert extra["jain_windows"] == 2
     assert metrics["jain_index"] == pytest.approx(0.5)
+
+
+def test_part_metrics_judge_each_part_of_the_window_in_the_replay_of_all_of_it():
+    rec = _fifo_two_teams()
+    first, second = part_metrics(rec, 2, MetricsConfig(starvation_s=150.0, fairness_window_s=300.0))
+    # jobs by submit order: [a1, a2] and [b1]; each part's jobs keep the times the whole replay gave them
+    assert tuple(first) == METRIC_KEYS
+    assert first["avg_jct_s"] == pytest.approx(150.0) and first["max_wait_s"] == 100.0
+    assert first["sla_misses"] == 0 and first["starved_jobs"] == 0
+    assert second["avg_jct_s"] == 299.0 and second["max_wait_s"] == 199.0 and second["sla_misses"] == 1
+    # one team per part: no window with two teams to compare
+    assert first["jain_index"] == 1.0 and second["jain_index"] == 1.0
+    part = rec.restricted(np.array([2]))
+    assert part.jobs.job_ids.tolist() == ["b1"] and part.seg_job.tolist() == [0]
+    assert part.jobs.teams == rec.jobs.teams and part.seg_start.tolist() == [200.0]
+
+
+def test_the_whole_window_is_the_sum_of_its_parts():
+    from features.synth import generate
+    from predictor.sim.experiment import POLICIES, replay_each
+    from predictor.sim.predictions import OraclePredictions
+    from predictor.sim.progress import ENDED
+    from predictor.sim.replay import SimConfig
+    from predictor.sim.rules import load_policy
+
+    table, _ = load_workload(generate(300, seed=3, cluster_gpus=32, target_load=1.1))
+    inv = homogeneous_inventory(32)
+    rec = replay_each(table, inv, [("qssf", load_policy(POLICIES["qssf"].preset),
+                                    OraclePredictions().predict(table, inv))], SimConfig())[0]
+    whole, _ = policy_metrics(rec)
+    parts = part_metrics(rec, 3)
+    assert whole["max_wait_s"] == max(p["max_wait_s"] for p in parts)
+    assert whole["sla_misses"] == sum(p["sla_misses"] for p in parts)
+    assert whole["preemptions"] == sum(p["preemptions"] for p in parts)
+    ended = [int(np.isin(rec.restricted(r).status, ENDED).sum()) for r in np.array_split(np.arange(len(table)), 3)]
+    assert sum(ended) > 100  # the mean below is over a good part of the jobs
+    assert whole["avg_jct_s"] == pytest.approx(np.dot(ended, [p["avg_jct_s"] for p in parts]) / sum(ended))

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from features.errors import InputError
-from predictor.tune.choice import choose, margin
+from predictor.tune.choice import choose, margin, part_key, parts_of
 from predictor.tune.objectives import DEFAULT_OBJECTIVES, no_worse, parse_objectives
 
 QSSF = {"avg_jct_s": 500.0, "max_wait_s": 10_000.0, "sla_misses": 4, "jain_index": 0.90}
@@ -73,3 +73,41 @@ def test_objectives_have_directions_and_a_bad_name_is_one_line_naming_it():
     assert "\n" not in str(err.value)
     with pytest.raises(InputError, match="named more than once"):
         parse_objectives("avg_jct_s,avg_jct_s")
+
+
+def with_parts(whole, *parts):
+    """A point's metrics with those of consecutive parts of the window (``part_key``)."""
+    out = dict(whole)
+    for i, p in enumerate(parts, start=1):
+        out.update({part_key(i, m): v for m, v in p.items()})
+    return out
+
+
+QSSF_PARTS = with_parts(QSSF, point(700, 10_000, 3, 0.85), point(300, 4_000, 1, 0.95))
+
+
+def test_a_point_that_wins_on_the_whole_window_but_loses_a_part_does_not_qualify():
+    # 10 % better on the whole window, but the second (lighter) part is 5 % worse on JCT and max wait
+    winner_on_average = with_parts(point(450, 9_000, 3, 0.91), point(600, 9_000, 2, 0.86), point(315, 4_200, 1, 0.95))
+    ties_qssf = QSSF_PARTS  # the QSSF-like point replays as QSSF does
+    choice = choose([winner_on_average, ties_qssf], QSSF_PARTS)
+    assert choice.qualified and choice.index == 1
+    assert "each of its 2 consecutive parts" in choice.rule and "chosen margin 0.0%" in choice.rule
+    assert margin(winner_on_average, QSSF) == pytest.approx(0.1)  # without QSSF's parts: the whole window only
+    assert margin(winner_on_average, QSSF_PARTS) == pytest.approx(-0.05)
+
+
+def test_the_margin_is_the_smallest_over_the_whole_window_and_its_parts():
+    p = with_parts(point(400, 8_000, 2, 0.92), point(630, 9_000, 2, 0.88), point(270, 3_000, 0, 0.96))
+    # whole: min(0.2, 0.2, 0.5, 0.2) = 0.2; part 1: min(0.1, 0.1, 1/3, 0.2) = 0.1; part 2: min(0.1, 0.25, 1, 0.2)
+    assert margin(p, QSSF_PARTS) == pytest.approx(0.1)
+    assert parts_of(p)[1] == point(630, 9_000, 2, 0.88)
+    assert choose([p], QSSF_PARTS).qualified
+
+
+def test_when_none_qualifies_the_shortfall_counts_the_parts_too():
+    # a: 2 % worse on the whole window's JCT only; b: better on the whole, 30 % worse on part 2's max wait
+    a = with_parts(point(510, 10_000, 4, 0.90), point(714, 10_000, 3, 0.85), point(306, 4_000, 1, 0.95))
+    b = with_parts(point(490, 9_000, 3, 0.91), point(690, 9_000, 2, 0.86), point(290, 5_200, 1, 0.95))
+    choice = choose([b, a], QSSF_PARTS)
+    assert not choice.qualified and choice.index == 1 and "(whole window and parts)" in choice.rule

@@ -24,6 +24,7 @@ from predictor.capacity.inventory import homogeneous_inventory
 from predictor.cli import main
 from predictor.sim.metrics import METRIC_KEYS
 from predictor.sim.rules import load_policy
+from predictor.tune.choice import part_key
 from predictor.tune.dask_replays import dask_client
 from predictor.tune.objectives import parse_objectives
 from predictor.tune.report import report_document
@@ -88,6 +89,11 @@ def test_a_small_study_completes_on_worker_processes(reference, client):
     assert all(list(m) == list(METRIC_KEYS) for m in doc["validation"].values())
     assert all(set(p) == {"params", "tune"} and list(p["tune"]) == list(METRIC_KEYS) for p in doc["front"])
     assert doc["chosen"] == result.chosen.params and "qssf" in doc["rule"]
+    # the tuning window's replays carry the rule's metrics on both halves of it (the rule reads them);
+    # the validation window's do not
+    assert all(part_key(2, "max_wait_s") in t.metrics for t in result.search.trials)
+    assert part_key(1, "avg_jct_s") in result.tuning_baselines["qssf"] and "each of its 2" in doc["rule"]
+    assert not any(k.startswith("part") for m in result.validation.values() for k in m)
 
 
 def test_a_worker_killed_mid_trial_costs_that_trial_a_rerun_and_changes_nothing(reference, client, history):
@@ -175,7 +181,8 @@ def test_the_cli_writes_every_output_logs_to_mlflow_and_one_worker_finds_the_sam
     (["--objective", "avg_jct_s,mean_wait"], "unknown metric 'mean_wait'"),
     (["--cluster", "inventory.yaml"], "inventory.yaml"),
     (["--cluster", "missing.yaml"], "missing.yaml"),
-], ids=["bad-objective", "unreadable-inventory", "missing-inventory"])
+    (["--parts", "-1"], "--parts must be 0 or more"),
+], ids=["bad-objective", "unreadable-inventory", "missing-inventory", "negative-parts"])
 def test_a_bad_objective_or_inventory_fails_before_any_trial_with_one_line(args, named, history, tmp_path,
                                                                          monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
