@@ -128,6 +128,7 @@ def section_study(jobs: pd.DataFrame, windows, inventory, trials: int, populatio
         "split": result.split.as_dict() | {"trained_models": len(result.split.trained_models)},
         "front_size": len(result.search.front), "trials_failed": sum(1 for t in result.search.trials if not t.ok),
         "chosen_trial": result.chosen.number, "chosen_qualified": result.choice.qualified,
+        "chosen_is_qssf": result.choice.baseline,
         "rule": result.choice.rule,
         "tuning_window": {n: {k: m.get(k) for k in keys} for n, m in
                           {"chosen": result.chosen.metrics or {}, **result.tuning_baselines}.items()},

@@ -43,6 +43,9 @@ def register(app: typer.Typer) -> None:
         parts: Annotated[int, typer.Option("--parts", help=(
             "the chosen point must also be no worse than qssf on each of this many consecutive parts of "
             "the tuning window (0: the whole window only)"))] = 2,
+        min_margin: Annotated[float, typer.Option("--min-margin", help=(
+            "smallest margin over qssf (worst relative gain of the four metrics) for which a searched point "
+            "is chosen; otherwise the chosen policy is qssf itself"))] = 0.01,
         mlflow: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help=(
             "log the study to MLflow (MLFLOW_TRACKING_URI, else ./mlflow.db)"))] = True,
         experiment: Annotated[str, typer.Option("--experiment", help="MLflow experiment name")] = "policy-tuning",
@@ -77,6 +80,8 @@ def register(app: typer.Typer) -> None:
             raise InputError("--starvation-hours, --fairness-window-s and --default-checkpoint-s must be positive")
         if parts < 0:
             raise InputError(f"--parts must be 0 or more, got {parts}")
+        if not 0.0 <= min_margin < 1.0:
+            raise InputError(f"--min-margin must be in [0, 1), got {min_margin}")
         if cycle_s is not None and not cycle_s > 0:
             raise InputError(f"--cycle-s must be positive, got {cycle_s}")
         if policy_file is not None:
@@ -90,6 +95,7 @@ def register(app: typer.Typer) -> None:
         settings = TuneSettings(
             trials=trials, objectives=objectives, seed=seed, population=population, sampler=sampler,
             train_fraction=train_fraction, validate_fraction=validate_fraction, parts=parts,
+            min_margin=min_margin,
             sim=SimConfig(default_checkpoint_s=default_checkpoint_s, cycle_s=cycle_s),
             metrics=MetricsConfig(starvation_s=starvation_hours * 3600.0, fairness_window_s=fairness_window_s))
         run = {"jobs_file": str(jobs), "cluster": cluster, "policy_file": None if policy_file is None else str(policy_file),
@@ -139,10 +145,13 @@ def _print(result) -> None:
 
     console = Console()
     console.print(f"rule: {result.choice.rule}")
-    if not result.choice.qualified:
-        _out.print("[bold yellow]warning:[/] no front point matched qssf on avg JCT, max wait, SLA misses and Jain's "
-                   "index on the tuning window; the closest one was chosen")
-    console.print("chosen: " + ", ".join(f"{k}={v:.4g}" for k, v in result.chosen.params.items()))
+    if result.choice.baseline:
+        _out.print("[bold yellow]note:[/] no front point beat qssf on avg JCT, max wait, SLA misses and Jain's index "
+                   "throughout the tuning window by the minimum margin: the chosen policy is qssf itself")
+        console.print("chosen: qssf (smallest predicted GPU-time first) with the base policy's tiers and teams")
+    else:
+        console.print(f"chosen: {result.chosen_label}: "
+                      + ", ".join(f"{k}={v:.4g}" for k, v in result.chosen.params.items()))
     table = Table(title=f"validation window ({result.split.validate_jobs:,} jobs never seen by a trial)")
     cols = {"avg_jct_s": "avg JCT", "p95_jct_s": "p95 JCT", "max_wait_s": "max wait", "sla_misses": "SLA miss",
             "jain_index": "Jain", "utilization": "util", "preemptions": "preempt"}

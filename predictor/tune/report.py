@@ -83,10 +83,11 @@ def study_document(result: TuneResult, run: Mapping | None = None) -> dict:
         "settings": {"trials": cfg.trials, "seed": cfg.seed, "population": cfg.population, "sampler": cfg.sampler,
                      "objectives": [{"metric": o.metric, "direction": o.direction} for o in cfg.objectives],
                      "train_fraction": cfg.train_fraction, "validate_fraction": cfg.validate_fraction,
-                     "parts": cfg.parts,
+                     "parts": cfg.parts, "min_margin": cfg.min_margin,
                      "search_space": [{"path": p.path, "low": p.low, "high": p.high, "log": p.log,
                                        "integer": p.integer} for p in cfg.space]},
         "chosen_trial": result.chosen.number, "chosen_qualified": result.choice.qualified,
+        "chosen_is_qssf": result.choice.baseline,
         "rule": result.choice.rule,
         "tuning_baselines": result.tuning_baselines,
         "trials": trials,
@@ -133,7 +134,7 @@ def _panel(ax, result: TuneResult, others, front, zoom: bool):
     chosen = _xy(result.chosen.metrics or {})
     if chosen:
         ax.scatter([chosen[0]], [chosen[1]], s=300, facecolors="none", edgecolors="#ff7f0e", linewidths=2.2,
-                   label=f"chosen (trial {result.chosen.number})", zorder=5)
+                   label=f"chosen ({result.chosen_label})", zorder=5)
     if zoom:  # the front and QSSF, with a margin
         keep = [q for q, _ in front] + [p for p in (_xy(result.tuning_baselines.get("qssf", {})),) if p]
         xs, ys = [q[0] for q in keep], [q[1] for q in keep]
@@ -247,6 +248,9 @@ def _front_table(result: TuneResult) -> str:
 
 
 def _chosen_table(result: TuneResult) -> str:
+    if result.choice.baseline:
+        return ("<p>QSSF (the <code>qssf</code> preset: smallest predicted GPU-time first, no reservation, no "
+                "preemption) with the base policy's tiers and teams; no searched setting applies.</p>")
     base = {p.name: v for p, v in zip(result.settings.space, _base_values(result), strict=True)}
     rows = "".join(f"<tr><td>{html.escape(n)}</td><td>{_fmt(v)}</td><td>{_fmt(base.get(n))}</td></tr>"
                    for n, v in result.chosen.params.items())
@@ -267,9 +271,9 @@ def _base_values(result: TuneResult) -> list:
 def render_html(result: TuneResult) -> str:
     """The self-contained page a person reads without the JSON."""
     s = result.split
-    warn = "" if result.choice.qualified else (
-        "<p class='warn'>No point of the front was at least as good as QSSF on average JCT, maximum wait, SLA misses and "
-        "Jain's index on the tuning window; the chosen point is the closest one (see the rule).</p>")
+    warn = "" if not result.choice.baseline else (
+        "<p class='warn'>No point of the front beat QSSF on average JCT, maximum wait, SLA misses and Jain's index "
+        "throughout the tuning window by the minimum margin; the chosen policy is QSSF itself (see the rule).</p>")
     split = "".join(f"<li>{html.escape(line.strip())}</li>" for line in s.describe()[1:])
     t = result.seconds
     return f"""<!doctype html>
@@ -277,7 +281,7 @@ def render_html(result: TuneResult) -> str:
 <style>{_CSS}</style></head><body>
 <h1>Policy tuning: {result.settings.trials} trials, seed {result.settings.seed}</h1>
 <p>Split of {s.jobs_in_input:,} jobs by submit time:</p><ul class="note">{split}</ul>
-<h2>Chosen policy (trial {result.chosen.number})</h2>
+<h2>Chosen policy ({html.escape(result.chosen_label)})</h2>
 <p><b>Rule:</b> {html.escape(result.choice.rule)}</p>{warn}
 <h2>Validation window (never seen by a trial)</h2>
 <p>{html.escape(_verdict(result))}</p>{_validation_table(result)}
@@ -327,7 +331,7 @@ def write_outputs(result: TuneResult, out_dir: Path, inventory: Inventory, run: 
 
     Every text is built before the first file is written, so a failure leaves no partial set."""
     cluster_policy = cluster_policy_from_config(result.policy)
-    header = (f"The policy chosen by predictor tune (trial {result.chosen.number} of {result.settings.trials}, "
+    header = (f"The policy chosen by predictor tune ({result.chosen_label}; {result.settings.trials} trials, "
               f"seed {result.settings.seed}).\nRule: {result.choice.rule}\n"
               "Use it as any policy file: --policy-file, predictor simulate --policy tuned=policy.yaml, "
               "predictor policy validate.")

@@ -24,14 +24,14 @@ from predictor.sim.metrics import MetricsConfig
 from predictor.sim.replay import SimConfig
 from predictor.sim.rules import load_policy
 from predictor.sim.workload import NO_TEAM
-from predictor.tune.choice import Choice, choose
+from predictor.tune.choice import MIN_MARGIN, Choice, choose
 from predictor.tune.dask_replays import ReplayOutcome, WindowReplays
 from predictor.tune.objectives import DEFAULT_OBJECTIVES, Objective, parse_objectives
 from predictor.tune.search import SearchResult, TrialRecord, front_points, search
 from predictor.tune.space import SEARCH_SPACE, Parameter, check_space, policy_with
 from predictor.tune.windows import TuningSplit, Window, split_windows
 
-__all__ = ["TuneSettings", "TuneResult", "tune_policy", "TUNING_BASELINES", "VALIDATION_POLICIES"]
+__all__ = ["TuneSettings", "TuneResult", "tune_policy", "BASELINE_TRIAL", "TUNING_BASELINES", "VALIDATION_POLICIES"]
 
 #: Replayed on the tuning window beside the trials: QSSF for the rule, FIFO and the base for the plot.
 TUNING_BASELINES: tuple[str, ...] = ("qssf", "fifo", "ours")
@@ -39,6 +39,8 @@ TUNING_BASELINES: tuple[str, ...] = ("qssf", "fifo", "ours")
 VALIDATION_POLICIES: tuple[str, ...] = ("ours", "qssf", "fifo", "kueue", "sjf-oracle")
 
 Metrics = dict[str, float | None]
+#: ``TuneResult.chosen.number`` when the chosen policy is QSSF itself (no trial of the search).
+BASELINE_TRIAL = -1
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class TuneSettings:
     #: consecutive parts of the tuning window the chosen point must also be no worse than QSSF on
     #: (``predictor.tune.choice``; 0: the whole window only)
     parts: int = 2
+    #: the margin over QSSF a point needs to be chosen rather than QSSF itself
+    min_margin: float = MIN_MARGIN
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,11 @@ class TuneResult:
     seconds: dict[str, float]  # wall seconds of the split, the search and the validation
     workers: int = 0
     teams: tuple[str, ...] = ()  # the teams of the replayed windows
+
+    @property
+    def chosen_label(self) -> str:
+        """``trial N``, or ``qssf`` when the chosen policy is QSSF itself."""
+        return "qssf" if self.choice.baseline else f"trial {self.chosen.number}"
 
 
 def _outcome(name: str, out: ReplayOutcome | BaseException) -> ReplayOutcome:
@@ -142,10 +151,14 @@ def tune_policy(jobs: pd.DataFrame, inventory: Inventory, client: Client, settin
                 _outcome(f"{n} (tuning window)", exc)
     seconds["search_s"] = time.perf_counter() - started
 
-    choice = choose(front_points(result), tuning_baselines["qssf"])
-    chosen = result.front_trials()[choice.index]
-    policy = policy_with(base, chosen.params, name="tuned")
-    say(f"chosen: trial {chosen.number} by the rule: {choice.rule}")
+    choice = choose(front_points(result), tuning_baselines["qssf"], min_margin=cfg.min_margin)
+    if choice.baseline:  # QSSF itself: its tuning-window replay is the chosen point's
+        chosen = TrialRecord(BASELINE_TRIAL, {}, dict(tuning_baselines["qssf"]))
+        policy = policy_with(presets["qssf"], {}, name="tuned")
+    else:
+        chosen = result.front_trials()[choice.index]
+        policy = policy_with(base, chosen.params, name="tuned")
+    say(f"chosen: {'qssf itself' if choice.baseline else f'trial {chosen.number}'} by the rule: {choice.rule}")
 
     started = time.perf_counter()
     say(f"validating on {split.validate_jobs:,} jobs: tuned, {', '.join(VALIDATION_POLICIES)}")

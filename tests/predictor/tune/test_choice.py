@@ -28,8 +28,8 @@ def point(jct, wait, sla, jain):
     pytest.param([point(501, 5_000, 0, 0.99), point(500, 10_000, 4, 0.90)], 1, id="a-higher-jct-disqualifies"),
 ])
 def test_the_rule_picks_the_largest_margin_among_points_no_worse_than_qssf_on_all_four(front, chosen):
-    choice = choose(front, QSSF)
-    assert choice.qualified and choice.index == chosen
+    choice = choose(front, QSSF, min_margin=0.0)
+    assert choice.qualified and choice.index == chosen and not choice.baseline
     assert "no worse than qssf on all four" in choice.rule and "max_wait_s <= 10000" in choice.rule
     assert "avg_jct_s <= 500" in choice.rule
 
@@ -42,14 +42,28 @@ def test_margin_is_the_smallest_relative_gain():
     assert margin(point(None, 5_000, 0, 0.99), QSSF) == -math.inf
 
 
-def test_when_none_qualifies_the_smallest_worst_shortfall_is_chosen_and_the_rule_says_so():
+def test_when_none_qualifies_qssf_itself_is_chosen_and_the_rule_says_how_close_the_front_came():
     front = [point(300, 20_000, 4, 0.90),   # max wait 100 % worse
              point(350, 11_000, 4, 0.90),   # 10 % worse
              point(320, 10_000, 6, 0.90),   # SLA misses 50 % worse
              point(600, 10_000, 4, 0.90)]   # JCT 20 % worse
     choice = choose(front, QSSF)
-    assert not choice.qualified and choice.index == 1
-    assert "no front point qualified" in choice.rule and "10.0% worse" in choice.rule
+    assert not choice.qualified and choice.baseline and choice.index == -1
+    assert "no front point qualified (the closest was 10.0% worse" in choice.rule
+    assert choice.rule.endswith("so the chosen policy is qssf itself")
+
+
+@pytest.mark.parametrize("won, min_margin, baseline", [
+    (0.002, 0.01, True),    # the Philly-derived study's QSSF-like point: 0.2 % is not a gain to act on
+    (0.02, 0.01, False),
+    (0.002, 0.0, False),    # --min-margin 0: any qualifying point is chosen
+    (0.0, 0.0, False),      # ... even a tie
+])
+def test_a_point_is_chosen_over_qssf_only_with_at_least_the_minimum_margin(won, min_margin, baseline):
+    p = point(500 * (1 - won), 10_000 * (1 - won), 4 - 4 * won, 1 - 0.1 * (1 - won))
+    choice = choose([p], QSSF, min_margin=min_margin)
+    assert choice.qualified and choice.baseline == baseline and choice.index == (-1 if baseline else 0)
+    assert ("under 1.0%, so the chosen policy is qssf itself" in choice.rule) == baseline
 
 
 def test_undefined_metrics_are_worse_than_any_value_and_as_good_as_undefined():
@@ -90,9 +104,10 @@ def test_a_point_that_wins_on_the_whole_window_but_loses_a_part_does_not_qualify
     # 10 % better on the whole window, but the second (lighter) part is 5 % worse on JCT and max wait
     winner_on_average = with_parts(point(450, 9_000, 3, 0.91), point(600, 9_000, 2, 0.86), point(315, 4_200, 1, 0.95))
     ties_qssf = QSSF_PARTS  # the QSSF-like point replays as QSSF does
-    choice = choose([winner_on_average, ties_qssf], QSSF_PARTS)
+    choice = choose([winner_on_average, ties_qssf], QSSF_PARTS, min_margin=0.0)
     assert choice.qualified and choice.index == 1
     assert "each of its 2 consecutive parts" in choice.rule and "chosen margin 0.0%" in choice.rule
+    assert choose([winner_on_average, ties_qssf], QSSF_PARTS).baseline  # a tie is no gain: QSSF itself
     assert margin(winner_on_average, QSSF) == pytest.approx(0.1)  # without QSSF's parts: the whole window only
     assert margin(winner_on_average, QSSF_PARTS) == pytest.approx(-0.05)
 
@@ -110,4 +125,5 @@ def test_when_none_qualifies_the_shortfall_counts_the_parts_too():
     a = with_parts(point(510, 10_000, 4, 0.90), point(714, 10_000, 3, 0.85), point(306, 4_000, 1, 0.95))
     b = with_parts(point(490, 9_000, 3, 0.91), point(690, 9_000, 2, 0.86), point(290, 5_200, 1, 0.95))
     choice = choose([b, a], QSSF_PARTS)
-    assert not choice.qualified and choice.index == 1 and "(whole window and parts)" in choice.rule
+    assert not choice.qualified and choice.baseline
+    assert "the closest was 2.0% worse than qssf on its worst metric, whole window and parts" in choice.rule

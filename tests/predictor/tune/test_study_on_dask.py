@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 
 import mlflow
 import pandas as pd
@@ -27,7 +28,7 @@ from predictor.sim.rules import load_policy
 from predictor.tune.choice import part_key
 from predictor.tune.dask_replays import dask_client
 from predictor.tune.objectives import parse_objectives
-from predictor.tune.report import report_document
+from predictor.tune.report import render_html, report_document
 from predictor.tune.study import TuneSettings, tune_policy
 
 pytestmark = pytest.mark.slow
@@ -82,7 +83,7 @@ def test_a_small_study_completes_on_worker_processes(reference, client):
     # trial 0 is the base policy (its settings all lie inside the space)
     assert result.search.trials[0].metrics == result.tuning_baselines["ours"]
     front = result.search.front_trials()
-    assert front and result.chosen in front
+    assert front and (result.chosen in front if not result.choice.baseline else result.chosen.number == -1)
     doc = report_document(result)
     assert list(doc) == ["chosen", "rule", "validation", "front"]
     assert list(doc["validation"]) == VALIDATION
@@ -200,3 +201,22 @@ def test_a_bad_objective_or_inventory_fails_before_any_trial_with_one_line(args,
     assert code == 2
     assert len(err.splitlines()) == 1 and named in err and err.startswith("error:")
     assert not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()  # nothing started
+
+
+def test_when_no_point_beats_qssf_by_the_minimum_margin_the_chosen_policy_is_qssf_itself(reference, history, client):
+    ref, _ = reference
+    # on this small history the best front point ties QSSF (margin 0): the chosen policy is QSSF itself,
+    # and it replays as QSSF does
+    assert ref.choice.baseline and ref.chosen.number == -1 and ref.chosen_label == "qssf"
+    assert ref.policy.ordering == "qssf" and ref.policy.name == "tuned"
+    assert ref.chosen.metrics == ref.tuning_baselines["qssf"]
+    assert ref.validation["tuned"] == ref.validation["qssf"]
+    assert "under 1.0%, so the chosen policy is qssf itself" in ref.choice.rule
+    page = render_html(ref)
+    assert "Chosen policy (qssf)" in page and "the chosen policy is QSSF itself" in page
+    # with --min-margin 0 the same search's best qualifying point is chosen instead
+    result = tune_policy(history, homogeneous_inventory(GPUS), client, replace(SETTINGS, min_margin=0.0))
+    assert [(t.number, t.params, t.metrics) for t in result.search.trials] == [
+        (t.number, t.params, t.metrics) for t in ref.search.trials]  # the same search; only the choice differs
+    assert not result.choice.baseline and result.chosen in result.search.front_trials()
+    assert result.policy.ordering == "multifactor" and "chosen margin" in result.choice.rule
