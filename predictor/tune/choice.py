@@ -16,9 +16,7 @@ of the tuning window (``part_key``: the first and the second half of its jobs by
 whole window *and on every part*, and its margin is the smallest over the whole and the parts. A gain
 that one busy stretch earns and a quieter stretch gives back is the gain that does not carry to a
 later window: on the Philly-derived trace the untuned default beat QSSF on a whole tuning window by
-3.2 % and lost on the lighter validation window after it (docs/tuning.md). The QSSF-like point seeded
-into every study replays as QSSF does, so it qualifies on every part with margin 0: when no point wins
-through the window, the rule falls back on it rather than on a point that won on average only.
+3.2 % and lost on the lighter validation window after it (docs/tuning.md).
 
 *QSSF itself when nothing beats it clearly.* A point is chosen only when its margin is at least
 ``min_margin`` (``predictor tune --min-margin``, 1 % by default). Otherwise (no point qualifies, or the

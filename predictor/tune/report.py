@@ -3,7 +3,8 @@
 * ``report.json``: exactly ``{"chosen": {PARAMETER: value}, "rule": "...", "validation": {POLICY:
   {METRIC: value}}, "front": [{"params": {...}, "tune": {METRIC: value}}, ...]}``, POLICY being
   ``tuned``, ``ours``, ``qssf``, ``fifo``, ``kueue``, ``sjf-oracle`` and METRIC the replay report's
-  metric set (``predictor.sim.metrics.METRIC_KEYS``; NaN written as null).
+  metric set (``predictor.sim.metrics.METRIC_KEYS``; NaN written as null); ``chosen`` is ``{}`` when
+  the chosen policy is QSSF itself (the rule says so).
 * ``study.json``: what produced it: the split, settings, every trial, the baselines on the tuning
   window, timings.
 * ``report.html``: the front plotted (average JCT against maximum wait, SLA misses as colour, QSSF,

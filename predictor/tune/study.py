@@ -3,7 +3,7 @@
 :func:`tune_policy` is what ``predictor tune`` runs (and ``benchmarks/bench_tune.py``): it cuts the
 history (``predictor.tune.windows``), replays QSSF, FIFO and the base policy on the tuning window
 beside the search (``predictor.tune.search``), picks the front point by rule *chosen point*
-(``predictor.tune.choice``) and replays it on the validation window beside ``ours`` (the base
+(``predictor.tune.choice``; QSSF itself when no point beats it clearly) and replays it on the validation window beside ``ours`` (the base
 policy), ``qssf``, ``fifo``, ``kueue`` and ``sjf-oracle``. Every replay runs as a task on the Dask
 client it is given (``predictor.tune.dask_replays``). Writing the outputs is ``predictor.tune.report``'s.
 """
