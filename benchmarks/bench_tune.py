@@ -130,7 +130,8 @@ def section_study(jobs: pd.DataFrame, windows, inventory, trials: int, populatio
         "chosen_trial": result.chosen.number, "chosen_qualified": result.choice.qualified,
         "chosen_is_qssf": result.choice.baseline,
         "rule": result.choice.rule,
-        "tuning_window": {n: {k: m.get(k) for k in keys} for n, m in
+        # the whole window's four metrics, then each part's that the rule judged (part1.avg_jct_s, ...)
+        "tuning_window": {n: {k: v for k, v in m.items() if k in keys or k.startswith("part")} for n, m in
                           {"chosen": result.chosen.metrics or {}, **result.tuning_baselines}.items()},
         "validation": {n: {k: m.get(k) for k in keys} for n, m in result.validation.items()},
     }
