@@ -183,7 +183,8 @@ def test_the_cli_writes_every_output_logs_to_mlflow_and_one_worker_finds_the_sam
     (["--cluster", "inventory.yaml"], "inventory.yaml"),
     (["--cluster", "missing.yaml"], "missing.yaml"),
     (["--parts", "-1"], "--parts must be 0 or more"),
-], ids=["bad-objective", "unreadable-inventory", "missing-inventory", "negative-parts"])
+    (["--min-margin", "1.5"], "--min-margin must be in [0, 1)"),
+], ids=["bad-objective", "unreadable-inventory", "missing-inventory", "negative-parts", "min-margin-out-of-range"])
 def test_a_bad_objective_or_inventory_fails_before_any_trial_with_one_line(args, named, history, tmp_path,
                                                                          monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
