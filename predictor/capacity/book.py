@@ -195,6 +195,16 @@ class CapacityBook:
         ordered = hit[1]
         return float(ordered[num_gpus - 1]) if 0 < num_gpus <= len(ordered) else np.inf
 
+    def earliest_any_rows(self, type_code: int, num_gpus: np.ndarray) -> np.ndarray:
+        """:meth:`earliest_any` of the type for each gang size in ``num_gpus`` (one array look-up)."""
+        self.earliest_any(type_code, 1)  # the sorted busy times of this version, cached
+        ordered = self._sorted_busy[(type_code, self.scope)][1]
+        g = np.asarray(num_gpus, dtype=np.int64)
+        ok = (g > 0) & (g <= len(ordered))
+        out = np.full(len(g), np.inf)
+        out[ok] = ordered[g[ok] - 1]
+        return out
+
     def earliest_by_class(self, type_code: int, num_gpus: int) -> np.ndarray:
         """Earliest time a placement of class <= k exists, for k = 0..4 (``inf`` if never).
 

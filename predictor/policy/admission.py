@@ -147,7 +147,9 @@ class Admission(PreemptionSteps):
             rest = order[positions]
             keep = self._fit_now_mask(rest, exact=True)
             if self.preempt_left > 0:
-                keep |= self._preemptible[rest]
+                maybe = self._preemptible[rest] & ~keep
+                if maybe.any():
+                    keep[maybe] = self._trigger_may_fire(rest[maybe])
             if ok is not None:
                 keep &= ok
             return as_seq(rest[keep]), as_seq(positions[keep])
@@ -278,6 +280,32 @@ class Admission(PreemptionSteps):
                 counts[:, t] = len(held) - np.searchsorted(held, end0[sel], side="left")
             ok[sel] = fits(counts, sel)
         return ok & (ctx.sizing.flavor[rows] >= 0)
+
+    def _trigger_may_fire(self, rows: np.ndarray) -> np.ndarray:
+        """For jobs that may preempt but do not fit by the exact count, whether the walk would go past
+        rule *preemption trigger*'s cheap test once no reservation is left: True where the job fits
+        by the walk's own count (a GPU share in partly free GPUs: it is considered), has a deadline,
+        or waits longer than ``trigger_wait_s`` for its earliest start in any placement; the walk
+        passes over the others without a side effect. The walk's test, on arrays; all True under
+        node eligibility (the earliest start is per constraint there)."""
+        book, p = self.book, self.ctx.pending
+        if book.eligibility is not None:
+            return np.ones(len(rows), dtype=bool)
+        fire = (p.gpu_milli[rows] < MILLI) & self._fit_now_mask(rows)
+        fire |= np.isfinite(self.ctx.deadline[rows])
+        left = ~fire
+        if not left.any():
+            return fire
+        g = p.num_gpus[rows[left]]
+        if self.ctx.layout.n_types == 1:
+            earliest = book.earliest_any_rows(0, g)
+        else:
+            allowed = self.ctx.sizing.allowed[rows[left]]
+            earliest = np.full(len(g), np.inf)
+            for t in range(self.ctx.layout.n_types):
+                earliest = np.where(allowed[:, t], np.minimum(earliest, book.earliest_any_rows(t, g)), earliest)
+        fire[left] = earliest - self.now > self.pol.preemption.trigger_wait_s
+        return fire
 
     def _preemption_possible(self) -> np.ndarray:
         """Per job, a cheap over-estimate: could evicting lower-priority jobs it may preempt free enough

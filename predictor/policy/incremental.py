@@ -21,7 +21,10 @@ maxima per type and class, a function of the free shares, are kept the same way.
 cycle (no reservation left to give), it walks only the jobs that may still act: those that fit now by an
 exact count (GPUs of an allowed type with the job's share free and unreserved until its predicted end:
 necessary for a start, and false for the rest of the walk once false, as capacity only shrinks) and
-those that may preempt (an over-estimate); it finds them again after each start or preemption. The
+those that may preempt (an over-estimate) and would pass the walk's cheap test of rule *preemption
+trigger* (a deadline, or an earliest start in any placement more than ``trigger_wait_s`` away,
+computed on arrays; the walk passes over the others without a side effect); it finds them again after
+each start or preemption. The
 full walk passes over every other job, or considers it only to leave it waiting (a GPU share that fits
 in its count of partly free GPUs); the failure memos such a job would have fed only ever skip
 attempts that fail. When it switches to the starts-only walk it starts that from the job after the

@@ -8,6 +8,7 @@ replay carried out from Decisions (the reference path) must give every job the s
 """
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -183,3 +184,34 @@ def test_the_light_plan_writes_the_full_plan_on_ask():
     assert [d.action for d in full.decisions] == ["reserve"]
     assert [d.job_id for d in second.queue()] == [d.job_id for d in full.queue()]
     assert second.acts[0].placement == full.decisions[0].reservation.placement
+
+
+@pytest.mark.parametrize("research_ends_s", [1000, 5000])
+def test_the_thin_walk_passes_over_preemptors_whose_wait_would_not_trigger_preemption(monkeypatch, research_ends_s):
+    # four research jobs hold the 16 GPUs; at 700 s (past their minimum runtime) a debug job and
+    # production jobs, which may preempt research, arrive; one of them takes the one reservation.
+    # With the research jobs ending at 1000 s the GPUs free up 300 s later, under the 900 s trigger:
+    # the thin walk drops the other production jobs before walking them (``_trigger_may_fire``).
+    # Ending at 5000 s, the wait triggers preemption: they are kept, and preempt. Every cycle equals
+    # a full decide()
+    rows = JobRows()
+    for k in range(4):
+        rows.add(f"r{k}", gpus=4, run=research_ends_s, tier="research")
+    rows.add("d0", gpus=8, run=50, submit=700, tier="debug")
+    for k in range(3):
+        rows.add(f"p{k}", gpus=4, run=100 + k, submit=700, tier="production")
+    dropped = []
+    fire = admission.Admission._trigger_may_fire
+
+    def spy(self, rows_):
+        out = fire(self, rows_)
+        dropped.append(int((~out).sum()))
+        return out
+
+    monkeypatch.setattr(admission.Admission, "_trigger_may_fire", spy)
+    rec, _, rules = _replay(CheckedRules, rows, "ours", "oracle", thin_after=0)
+    assert rules.cycles >= 3
+    if research_ends_s == 1000:
+        assert sum(dropped) >= 2 and rec.preemptions.sum() == 0
+    else:
+        assert sum(dropped) == 0 and rec.preemptions.sum() == 3
