@@ -7,13 +7,15 @@ preemption and rejection (job, priority, GPUs, class, times, victims) and on the
 replay carried out from Decisions (the reference path) must give every job the same runs.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from features.schema import PLACEMENT_CLASSES
-from predictor.capacity.inventory import homogeneous_inventory
+from predictor.capacity.inventory import Inventory, homogeneous_inventory
 from predictor.policy import admission
 from predictor.policy.config import QueueingConfig
 from predictor.policy.incremental import IncrementalScheduler
@@ -37,8 +39,6 @@ def _policy(preset: str):
 
 
 def _scaled(preds: PredictionTable, factor: float) -> PredictionTable:
-    from dataclasses import replace
-
     return replace(preds, p10_s=preds.p10_s * factor, p50_s=preds.p50_s * factor, p90_s=preds.p90_s * factor)
 
 
@@ -108,9 +108,10 @@ class _FullAsLight:
         self.acts = None
 
 
-def _replay(rules_cls, rows: JobRows, preset: str, source: str, gpus: int = 16, thin_after: int | None = None):
+def _replay(rules_cls, rows: JobRows, preset: str, source: str, gpus: int = 16, thin_after: int | None = None,
+            inv: Inventory | None = None):
     table, _ = load_workload(rows.frame())
-    inv = homogeneous_inventory(gpus)
+    inv = homogeneous_inventory(gpus) if inv is None else inv
     src, factor = SOURCES[source]
     preds = _scaled(src.predict(table, inv), factor)
     rules = rules_cls(preset, _policy(preset), table, inv, preds)
@@ -186,8 +187,16 @@ def test_the_light_plan_writes_the_full_plan_on_ask():
     assert second.acts[0].placement == full.decisions[0].reservation.placement
 
 
+def _two_types() -> Inventory:
+    """16 GPUs: one 8-GPU node of A100-80GB, one of H100-80GB."""
+    a, h = homogeneous_inventory(8).nodes[0], homogeneous_inventory(8, gpu_type="H100-80GB").nodes[0]
+    return Inventory(nodes=(a, replace(h, name="node-h100")))
+
+
+@pytest.mark.parametrize("two_types", [False, True])
 @pytest.mark.parametrize("research_ends_s", [1000, 5000])
-def test_the_thin_walk_passes_over_preemptors_whose_wait_would_not_trigger_preemption(monkeypatch, research_ends_s):
+def test_the_thin_walk_passes_over_preemptors_whose_wait_would_not_trigger_preemption(monkeypatch, research_ends_s,
+                                                                                        two_types):
     # four research jobs hold the 16 GPUs; at 700 s (past their minimum runtime) a debug job and
     # production jobs, which may preempt research, arrive; one of them takes the one reservation.
     # With the research jobs ending at 1000 s the GPUs free up 300 s later, under the 900 s trigger:
@@ -209,7 +218,8 @@ def test_the_thin_walk_passes_over_preemptors_whose_wait_would_not_trigger_preem
         return out
 
     monkeypatch.setattr(admission.Admission, "_trigger_may_fire", spy)
-    rec, _, rules = _replay(CheckedRules, rows, "ours", "oracle", thin_after=0)
+    rec, _, rules = _replay(CheckedRules, rows, "ours", "oracle", thin_after=0,
+                            inv=_two_types() if two_types else None)
     assert rules.cycles >= 3
     if research_ends_s == 1000:
         assert sum(dropped) >= 2 and rec.preemptions.sum() == 0
