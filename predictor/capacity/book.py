@@ -187,23 +187,27 @@ class CapacityBook:
 
         The ``num_gpus``-th smallest ``busy_until`` of the type; sorted once per booking version.
         """
-        key = (type_code, self.scope)
-        hit = self._sorted_busy.get(key)
-        if hit is None or hit[0] != self.version:
-            hit = (self.version, np.sort(self.busy_until[self.type_mask(type_code)]))
-            self._sorted_busy[key] = hit
-        ordered = hit[1]
+        ordered = self._busy_sorted(type_code)
         return float(ordered[num_gpus - 1]) if 0 < num_gpus <= len(ordered) else np.inf
 
     def earliest_any_rows(self, type_code: int, num_gpus: np.ndarray) -> np.ndarray:
         """:meth:`earliest_any` of the type for each gang size in ``num_gpus`` (one array look-up)."""
-        self.earliest_any(type_code, 1)  # the sorted busy times of this version, cached
-        ordered = self._sorted_busy[(type_code, self.scope)][1]
+        ordered = self._busy_sorted(type_code)
         g = np.asarray(num_gpus, dtype=np.int64)
         ok = (g > 0) & (g <= len(ordered))
         out = np.full(len(g), np.inf)
         out[ok] = ordered[g[ok] - 1]
         return out
+
+    def _busy_sorted(self, type_code: int) -> np.ndarray:
+        """``busy_until`` of the type's GPUs (the job being decided may use), ascending; sorted once per
+        booking version."""
+        key = (type_code, self.scope)
+        hit = self._sorted_busy.get(key)
+        if hit is None or hit[0] != self.version:
+            hit = (self.version, np.sort(self.busy_until[self.type_mask(type_code)]))
+            self._sorted_busy[key] = hit
+        return hit[1]
 
     def earliest_by_class(self, type_code: int, num_gpus: int) -> np.ndarray:
         """Earliest time a placement of class <= k exists, for k = 0..4 (``inf`` if never).
