@@ -44,6 +44,7 @@ import numpy as np
 from predictor.capacity.book import CapacityBook
 from predictor.capacity.layout import CROSS_NUMA, CROSS_RACK
 from predictor.capacity.placement import GangChoice
+from predictor.policy.config import PolicyConfig
 from predictor.policy.snapshot import CHECKPOINT_KIND_CODES, RunningJobs
 
 __all__ = ["VictimChoice", "work_lost_s", "checkpoint_write_s", "checkpoint_restore_s", "preemption_cost_s",
@@ -59,6 +60,18 @@ class VictimChoice:
     rows: np.ndarray
     placement: GangChoice
     work_lost_gpu_s: float
+
+
+def tier_preemption(policy: PolicyConfig) -> np.ndarray:
+    """Rule *tier rules*: ``[a, b]`` says a job of tier ``a`` may preempt a running job of tier ``b``
+    (``policy.tiers``' order; each tier's ``can_preempt``). Read under ``preemption.scope:
+    tier_rules``; the other scopes choose candidates by priority and team instead."""
+    names = list(policy.tiers)
+    may = np.zeros((len(names), len(names)), dtype=bool)
+    for a, tier in enumerate(policy.tiers.values()):
+        for other in tier.can_preempt:
+            may[a, names.index(other)] = True
+    return may
 
 
 def work_lost_s(running: RunningJobs, now: float, assumed_interval_s: float | None) -> np.ndarray:

@@ -44,6 +44,7 @@ from predictor.policy.config import PolicyConfig
 from predictor.policy.context import CycleContext
 from predictor.policy.ordering import ORDERINGS, Ordering, OrderKeys, order_pending
 from predictor.policy.plan import DecisionWriter, SchedulePlan
+from predictor.policy.preemption import tier_preemption
 from predictor.policy.residency import cycle_eligibility
 from predictor.policy.snapshot import ClusterSnapshot
 
@@ -57,11 +58,7 @@ def _compile(policy: PolicyConfig) -> tuple[Ordering, np.ndarray]:
     if hit is not None and hit[0] is policy:
         return hit[1], hit[2]
     ordering = ORDERINGS[policy.ordering](policy)
-    names = list(policy.tiers)
-    may = np.zeros((len(names), len(names)), dtype=bool)
-    for a, tier in enumerate(policy.tiers.values()):
-        for other in tier.can_preempt:
-            may[a, names.index(other)] = True
+    may = tier_preemption(policy)
     if len(_COMPILED) > 64:
         _COMPILED.clear()
     _COMPILED[id(policy)] = (policy, ordering, may)

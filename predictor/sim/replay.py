@@ -98,7 +98,10 @@ class RulesLayer(Protocol):
     """The seam to ``predictor.policy``: one policy, decided on views of the replay."""
 
     name: str
-    may_preempt: bool  # False lets the replay skip decide() when no GPU is free
+
+    def may_evict(self, pending: np.ndarray, running: np.ndarray) -> bool:
+        """Could a plan now evict a running job (rows ``running``) for a queued one (rows ``pending``)?
+        An over-estimate; False lets the replay skip ``decide()`` while no queued job fits the free GPUs."""
 
     def plan(self, view: SimView) -> PlanLike: ...
 
@@ -255,17 +258,22 @@ class Replay:
         return plan
 
     def _nothing_can_start(self, pending: np.ndarray) -> bool:
-        """True when the plan provably could not start or evict anything: nothing may be evicted
-        (the policy never preempts, or no job is running) and no queued job has enough GPUs with its
-        share free (anywhere, whatever the placement rules). Such a plan could only reserve, wait or
-        reject; the next event that frees GPUs asks again.
+        """True when the plan provably could not start or evict anything: no queued job has enough
+        GPUs with its share free (anywhere, whatever the placement rules) and nothing may be evicted
+        (no job is running, or the rules layer says no queued job may evict a running one: the policy
+        never preempts, or under its tier rules no queued job's tier may preempt a running job's).
+        Such a plan could only reserve, wait or reject; the next event that frees GPUs, or queues a job
+        that may evict, asks again.
         ``tests/predictor/sim/test_replay_equivalence.py`` replays with and without this skip."""
-        if self.rules.may_preempt and self.running:
-            return False
         shapes = self._shapes  # the distinct shapes queued (a handful) stand for every queued job
         milli = np.fromiter((m for m, _ in shapes), dtype=np.int64, count=len(shapes))
         count = np.fromiter((n for _, n in shapes), dtype=np.int64, count=len(shapes))
-        return not self.cluster.could_fit(count, milli)
+        if self.cluster.could_fit(count, milli):
+            return False
+        if not self.running:
+            return True
+        running = np.fromiter(self.running, dtype=np.int64, count=len(self.running))
+        return not self.rules.may_evict(pending, running)
 
     def _pending_array(self) -> np.ndarray:
         rows = self._pending_rows

@@ -27,11 +27,13 @@ from predictor.capacity.layout import ClusterLayout
 from predictor.capacity.sizing import SizingOutcome
 from predictor.policy import intake
 from predictor.policy.config import PolicyConfig
+from predictor.policy.context import policy_tables
 from predictor.policy.decision import Decision
 from predictor.policy.incremental import IncrementalScheduler, JobSizing
 from predictor.policy.intake import Names, Vocabulary
 from predictor.policy.ledger import FairShareLedger
 from predictor.policy.light_plan import Act, LightPlan
+from predictor.policy.preemption import tier_preemption
 from predictor.policy.presets import load_policy as _load_policy
 from predictor.policy.snapshot import ClusterSnapshot, PendingJobs, RunningJobs
 from predictor.sim.predictions import PredictionTable
@@ -94,7 +96,6 @@ class PolicyRules:
                  predictions: PredictionTable) -> None:
         self.name = name
         self.policy = policy
-        self.may_preempt = bool(policy.preemption.enabled)
         self.jobs = jobs
         self.layout = ClusterLayout.of(inventory)
         self.pred = predictions
@@ -109,6 +110,10 @@ class PolicyRules:
         vocab = Vocabulary(Names(self.teams), Names(self.tiers), Names(self.queues))
         base = intake.pending_jobs(frame, predictions.to_frame(jobs.job_ids), vocab, self.layout, origin)
         self.team, self.tier, self.queue = base.team, base.tier, base.queue
+        # rule *tier rules* on the trace's tier codes (code -1, no tier: the last row and column, the
+        # policy's default tier): which queued jobs may evict which running ones (``may_evict``)
+        lookup = policy_tables(policy).tier_lookup(self.tiers)
+        self._evicts = tier_preemption(policy)[lookup][:, lookup]
         self.job_id = jobs.job_ids
         self.submit_ts = jobs.submit_s + origin
         self.deadline_ts = base.deadline_ts
@@ -142,6 +147,22 @@ class PolicyRules:
     # -- replay hooks ------------------------------------------------------------------------------
     def team_shares(self) -> dict[str, float]:
         return {t: self.policy.share_of(t) for t in self.teams}
+
+    def may_evict(self, pending: np.ndarray, running: np.ndarray) -> bool:
+        """Could a plan now evict one of the ``running`` rows for one of the ``pending`` rows? False when
+        the policy never preempts, and under scope ``tier_rules`` when no queued job's tier may preempt
+        a running job's (the walk's victim candidates are those of rule *tier rules* only); the other
+        scopes (``any_lower_priority``, ``kueue``) choose victims by priority and team: True."""
+        pc = self.policy.preemption
+        if not pc.enabled or len(running) == 0 or len(pending) == 0:
+            return False
+        if pc.scope != "tier_rules":
+            return True
+        queued = np.zeros(len(self._evicts), dtype=bool)
+        queued[self.tier[pending]] = True
+        held = np.zeros(len(self._evicts), dtype=bool)
+        held[self.tier[running]] = True
+        return bool(self._evicts[queued][:, held].any())
 
     def job_started(self, j: int, decision: Decision) -> None:
         self.priority[j] = int(decision.priority)

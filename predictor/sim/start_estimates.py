@@ -7,7 +7,7 @@ start, and the start planned on time limits where the log has them), its interva
 *calibrated interval* (``predictor.queue.start_calibration``) learnt online from the jobs of the same
 replay that started before (each job's raw estimate against its replayed start, as the service
 learns from its own). It asks the replay for a plan at
-every arrival (``may_preempt`` reads True, so the replay's "nothing can start" skip does not apply; a
+every arrival (``may_evict`` answers True, so the replay's "nothing can start" skip does not apply; a
 skipped plan would have changed nothing, ``tests/predictor/sim/test_replay_equivalence.py``), so the
 estimate is made at the job's submit instant.
 
@@ -55,7 +55,9 @@ class ReplayEstimates:
 class EstimatingRules:
     """A :class:`PolicyRules` that also records start estimates (see the module docstring)."""
 
-    may_preempt = True  # plan at every arrival: the estimate is made at submit
+    def may_evict(self, pending: np.ndarray, running: np.ndarray) -> bool:
+        """True: plan at every arrival (the estimate is made at submit)."""
+        return True
 
     def __init__(self, inner: PolicyRules, calibration: StartCalibration | None = None) -> None:
         self.inner = inner

@@ -74,13 +74,15 @@ class ScriptedRules:
 
     script: Callable[[SimView], list[Decision]]
     name: str = "scripted"
-    may_preempt: bool = True
     revisit: dict[float, float] = field(default_factory=dict)  # instant -> the plan's revisit_at_ts
     calls: list[float] = field(default_factory=list)
 
     def plan(self, view: SimView) -> Plan:
         self.calls.append(view.now)
         return Plan(self.script(view), self.revisit.get(view.now))
+
+    def may_evict(self, pending, running) -> bool:
+        return True
 
     def team_shares(self) -> dict[str, float]:
         return {}

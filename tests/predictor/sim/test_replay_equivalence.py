@@ -161,3 +161,43 @@ def test_moving_reservations_do_not_multiply_wakeups():
     new, new_segs = _runs(Replay, rows, "ours", "under", gpus=16)
     assert new_segs == ref_segs
     assert new.events < ref.events and new.decide_calls < ref.decide_calls
+
+
+def _queue_behind(big_tier: str, queued_tier: str) -> JobRows:
+    """16 GPUs held by one long job of ``big_tier``; ten 8-GPU jobs of ``queued_tier`` arrive behind
+    it one by one (nothing fits: every arrival is an instant where no queued job can start)."""
+    rows = JobRows().add("big", gpus=16, run=5000, tier=big_tier)
+    for i in range(10):
+        rows.add(f"q{i}", gpus=8, run=100, submit=10 + 10 * i, tier=queued_tier)
+    return rows
+
+
+def test_a_preempting_policy_skips_decide_while_no_queued_job_may_evict():
+    """``ours`` preempts under its tier rules (production over research and best effort). With only
+    research jobs queued behind a research job, nothing may be evicted: the arrivals while the
+    cluster is full ask no plan, and every run is as with a plan at every instant."""
+    rows = _queue_behind("research", "research")
+    ref, ref_segs = _runs(NoSkipReplay, rows, "ours", "oracle", gpus=16)
+    new, new_segs = _runs(Replay, rows, "ours", "oracle", gpus=16)
+    assert new_segs == ref_segs
+    assert ref.decide_calls - new.decide_calls == 10  # the ten arrivals behind the full cluster
+
+
+def test_a_queued_job_that_may_evict_is_planned_for_at_every_instant():
+    """The same queue of production jobs behind the research job: each arrival may preempt, so each
+    asks a plan (and the first production job's wait passes the trigger: it preempts)."""
+    rows = _queue_behind("research", "production")
+    ref, ref_segs = _runs(NoSkipReplay, rows, "ours", "oracle", gpus=16)
+    new, new_segs = _runs(Replay, rows, "ours", "oracle", gpus=16)
+    assert new_segs == ref_segs
+    assert new.decide_calls == ref.decide_calls
+    big = list(new.jobs.job_ids).index("big")
+    assert (new.seg_job == big).sum() >= 2  # evicted and run again
+
+
+def test_under_other_scopes_every_queued_job_may_evict():
+    """``las`` preempts any lower priority (no tier rules): the skip never applies while a job runs."""
+    rows = _queue_behind("research", "research")
+    ref, _ = _runs(NoSkipReplay, rows, "las", "oracle", gpus=16)
+    new, _ = _runs(Replay, rows, "las", "oracle", gpus=16)
+    assert new.decide_calls == ref.decide_calls
