@@ -55,10 +55,6 @@ class ReplayEstimates:
 class EstimatingRules:
     """A :class:`PolicyRules` that also records start estimates (see the module docstring)."""
 
-    def may_evict(self, pending: np.ndarray, running: np.ndarray) -> bool:
-        """True: plan at every arrival (the estimate is made at submit)."""
-        return True
-
     def __init__(self, inner: PolicyRules, calibration: StartCalibration | None = None) -> None:
         self.inner = inner
         self.calibration = calibration
@@ -70,6 +66,10 @@ class EstimatingRules:
         self._seen = np.zeros(n, dtype=bool)
         self._observed = np.zeros(n, dtype=bool)
         self._row_of = {str(j): i for i, j in enumerate(inner.jobs.job_ids)}
+
+    def may_evict(self, pending: np.ndarray, running: np.ndarray) -> bool:
+        """True: plan at every arrival (the estimate is made at submit)."""
+        return True
 
     def team_shares(self) -> dict[str, float]:
         return self.inner.team_shares()
