@@ -136,6 +136,9 @@ def _replay_first_cycle(table: pd.DataFrame, inventory_path: Path, policy_path: 
     plans = []
 
     class FirstCycle(PolicyRules):
+        def may_evict(self, pending, running):  # plan the first instant even where nothing can start
+            return True
+
         def plan(self, view):
             out = super().plan(view)
             plans.append(getattr(out, "plan", out))
