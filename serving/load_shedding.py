@@ -2,7 +2,7 @@
 
 A scheduler's admission webhook calls ``POST /v1/score`` with a timeout of a few seconds shared with
 everything else; a request that waits in a queue until it is seconds old is worse than an immediate
-"try again". Each uvicorn worker scores on its event loop, one request after another, so without a
+"try again". Each uvicorn worker has one event loop and scores with the GIL held, so without a
 bound every request that arrives faster than the worker scores waits behind all earlier ones, and
 latency grows without limit (measured before this: 200 requests/s offered on a loaded host, p50 19 s).
 
@@ -28,6 +28,10 @@ WebSocket stream are not limited):
   ``queue_wait_ms`` plus their own time, and the rest are answered at once (2 ms median
   over HTTP at 800 requests/s, docs/benchmarks.md).
 
+:func:`alone` tells a handler that its request is the only one the middleware holds (``POST
+/v1/score`` then scores a short request on the event loop instead of handing it to a thread: there is
+nothing else to read or shed meanwhile, docs/serving.md).
+
 The time a request arrived (when this worker read it) is put in ``scope["state"]["arrived_at"]``
 (``time.perf_counter``); ``POST /v1/score`` reads it for its deadline: the caller's
 ``X-Deadline-Ms`` header says how many milliseconds it still waits. When what is left is less than
@@ -46,7 +50,7 @@ import time
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["LoadSheddingMiddleware", "ScoreCost", "arrived_at", "SHED_STATUS"]
+__all__ = ["LoadSheddingMiddleware", "ScoreCost", "arrived_at", "alone", "SHED_STATUS"]
 
 #: The status of a shed request (the service is over its capacity; the request itself is fine).
 SHED_STATUS = 503
@@ -56,6 +60,15 @@ def arrived_at(scope: Scope) -> float:
     """When this worker read the request (``time.perf_counter``); now if no middleware stamped it."""
     state = scope.get("state") or {}
     return float(state.get("arrived_at", time.perf_counter()))
+
+
+def alone(scope: Scope) -> bool:
+    """Whether this request is the only ``/v1/`` request in its worker right now: none other is in
+    progress, waiting for a slot or read and about to ask for one (False where no
+    :class:`LoadSheddingMiddleware` counted it). Read it just before work that does not yield: the
+    count only grows when the event loop runs."""
+    shedder = (scope.get("state") or {}).get("load_shedding")
+    return shedder is not None and shedder.present <= 1
 
 
 class LoadSheddingMiddleware:
@@ -99,7 +112,9 @@ class LoadSheddingMiddleware:
             await self.app(scope, receive, send)
             return
         arrived = time.perf_counter()
-        scope.setdefault("state", {})["arrived_at"] = arrived
+        state = scope.setdefault("state", {})
+        state["arrived_at"] = arrived
+        state["load_shedding"] = self  # alone(scope): how many requests this worker holds
         # Counted on arrival, before anything yields: a handler that never awaits runs to its end once
         # resumed, so the requests read in one pass of the event loop must all be counted first.
         if self.present >= self.max_concurrency + self.max_queue:

@@ -20,6 +20,8 @@ metric                                                      meaning
                                                             ``queue_wait`` (``serving.load_shedding``)
 ``predictor_degraded_requests_total{reason}``               score requests the fallback answered because
                                                             the model would miss their ``deadline``
+``predictor_inline_scores_total``                          score requests scored on the event loop (alone
+                                                            in the worker and short), not in a thread
 ``predictor_worker_cpu_seconds{pid}``                       CPU time this worker process used so far
                                                             (``time.process_time``; one series per worker)
 ==========================================================  =============================================
@@ -147,6 +149,8 @@ class ServiceMetrics:
         self.degraded_requests = Counter(
             "predictor_degraded_requests", "Score requests answered by the fallback instead of the model",
             ["reason"], registry=r)
+        self.inline_scores = Counter("predictor_inline_scores",
+                                     "Score requests scored on the event loop (alone in the worker and short)", registry=r)
         self._model_created_ts: float | None = None
         r.register(_WorkerCpuCollector())
         r.register(_QueueLengthCollector(queue_counts))

@@ -18,6 +18,7 @@ variable                        meaning                                         
 ``PREDICTOR_QUEUE_WAIT_MS``     longest (or expected) wait for a slot (503)      ``40``
 ``PREDICTOR_RETRY_AFTER_S``     ``Retry-After`` of a shed request (seconds)      ``1``
 ``PREDICTOR_DEADLINE_MS``       deadline of a score request that sets none      none
+``PREDICTOR_INLINE_SCORE_MS``   score on the event loop while alone, up to this ``10``
 =============================  ==============================================  ==========================
 
 Load shedding and deadlines (``serving.load_shedding``, docs/serving.md): past ``MAX_CONCURRENCY``
@@ -26,7 +27,9 @@ wait longer than that (the mean time a request holds a slot times those ahead of
 answered 503 with ``Retry-After`` at once; a ``POST /v1/score`` whose deadline (header
 ``X-Deadline-Ms``: milliseconds the caller still waits, counted from when the worker reads the
 request) would pass before the model answers is scored by the analytic fallback, and the response
-says ``"degraded": "deadline"``.
+says ``"degraded": "deadline"``. A score request that is the only request in its worker and is
+expected to take at most ``INLINE_SCORE_MS`` is scored on the event loop (nothing else is there to
+read or shed meanwhile); every other one in a worker thread (``0``: always in a thread).
 
 plus the engine's: ``PREDICTOR_DATABASE_URL``, ``MLFLOW_TRACKING_URI``, ``PREDICTOR_MODEL_URI``,
 ``PREDICTOR_MODEL_POLL_S``, ``PREDICTOR_POLICY_FILE``, ``PREDICTOR_INVENTORY_FILE``.
@@ -116,6 +119,7 @@ class Settings(EngineSettings):
     queue_wait_ms: float = Field(default=40.0, gt=0)
     retry_after_s: int = Field(default=1, ge=0, le=3600)
     deadline_ms: float | None = Field(default=None, gt=0)
+    inline_score_ms: float = Field(default=10.0, ge=0, le=1000)
 
     @property
     def host(self) -> str:
