@@ -98,6 +98,42 @@ class Database:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._write_sessions = sessionmaker(self._write_engine, expire_on_commit=False)
 
+    @classmethod
+    def existing(cls, url: str) -> Database:
+        """The store at ``url`` for a command that only reads it (``predictor explain``, ``teams``).
+
+        Raises InputError, creating nothing, where there is no store there yet (an SQLite file that
+        does not exist, a database without this package's tables) or where its schema is not the
+        one this package writes (``predictor db upgrade`` migrates an older one); a command reading
+        it would otherwise fail half-way with the database's own error.
+        """
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from predictor.store.migrate import current_revision, head_revision
+
+        parsed = make_url(_normalise_url(url))
+        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") \
+                and not Path(parsed.database).is_file():
+            raise InputError(f"PREDICTOR_DATABASE_URL: no state store at {parsed.database}: nothing is tracked there "
+                             "yet (`predictor serve` or `predictor sync` creates it), or the variable names another "
+                             "store than the service's")
+        db = cls(url)
+        try:
+            rev = current_revision(db)
+        except SQLAlchemyError as exc:
+            db.dispose()
+            raise InputError(f"PREDICTOR_DATABASE_URL: cannot read the state store {db!r}: "
+                             f"{str(getattr(exc, 'orig', None) or exc).strip().splitlines()[0]}") from None
+        head = head_revision()
+        if rev != head:
+            db.dispose()
+            if rev is None:
+                raise InputError(f"PREDICTOR_DATABASE_URL: the state store {db!r} has no tables yet "
+                                 "(`predictor db upgrade` creates them; `predictor serve` does on start)")
+            raise InputError(f"PREDICTOR_DATABASE_URL: the state store {db!r} is at schema revision {rev}, "
+                             f"this package's is {head} (`predictor db upgrade` migrates an older store)")
+        return db
+
     @property
     def is_postgres(self) -> bool:
         return self.dialect == "postgresql"

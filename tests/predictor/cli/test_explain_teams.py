@@ -64,3 +64,48 @@ def test_teams_lists_factor_and_recovery(store: str, capsys) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert doc["team"] == "vision" and doc["running_gpus"] == 64 and doc["over_share"]
     assert main(["teams", "nobody"]) == 2
+
+
+def test_explain_and_teams_without_a_store_exit_2_and_create_nothing(tmp_path: Path, monkeypatch, capsys) -> None:
+    missing = tmp_path / "nowhere" / "state.db"
+    monkeypatch.setenv("PREDICTOR_DATABASE_URL", f"sqlite:///{missing}")
+    get_engine_settings.cache_clear()
+    try:
+        for argv in (["explain", "waits"], ["teams"]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert f"no state store at {missing}" in err and "Traceback" not in err
+        assert not missing.exists() and not missing.parent.exists()
+    finally:
+        get_engine_settings.cache_clear()
+
+
+def test_a_store_without_tables_or_at_another_revision_is_named(tmp_path: Path, monkeypatch, capsys) -> None:
+    import sqlite3
+
+    path = tmp_path / "state.db"
+    sqlite3.connect(path).close()  # a file, no tables
+    monkeypatch.setenv("PREDICTOR_DATABASE_URL", f"sqlite:///{path}")
+    get_engine_settings.cache_clear()
+    try:
+        assert main(["teams"]) == 2
+        assert "has no tables yet (`predictor db upgrade` creates them" in capsys.readouterr().err
+        Database(f"sqlite:///{path}").upgrade()
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE alembic_version SET version_num = '0000_older'")
+        assert main(["explain", "waits"]) == 2
+        err = capsys.readouterr().err
+        assert "is at schema revision 0000_older, this package's is" in err and len(err.strip().splitlines()) == 1
+    finally:
+        get_engine_settings.cache_clear()
+
+
+def test_an_unreachable_store_is_one_line(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("PREDICTOR_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    get_engine_settings.cache_clear()
+    try:
+        assert main(["teams"]) == 2
+        err = capsys.readouterr().err
+        assert "cannot read the state store" in err and len(err.strip().splitlines()) == 1
+    finally:
+        get_engine_settings.cache_clear()
