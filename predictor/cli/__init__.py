@@ -22,7 +22,7 @@ if "COLUMNS" not in os.environ and not sys.stderr.isatty():
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from features.errors import InputError  # noqa: E402
+from features.errors import InputError, Unreachable  # noqa: E402
 
 app = typer.Typer(
     name="predictor",
@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         err.print(f"[bold red]error:[/] file not found: {exc.filename or exc}")
         return 2
+    except Unreachable as exc:  # the environment, not the input: exit 1 as for an unreachable scheduler
+        err.print(f"[bold red]error:[/] {exc}")
+        return 1
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:

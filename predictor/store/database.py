@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
 
-from features.errors import InputError
+from features.errors import InputError, Unreachable
 
 __all__ = ["Database", "default_sqlite_url", "WRITE_LOCK_KEY"]
 
@@ -104,8 +104,9 @@ class Database:
 
         Raises InputError, creating nothing, where there is no store there yet (an SQLite file that
         does not exist, a database without this package's tables) or where its schema is not the
-        one this package writes (``predictor db upgrade`` migrates an older one); a command reading
-        it would otherwise fail half-way with the database's own error.
+        one this package writes (``predictor db upgrade`` migrates an older one), and
+        Unreachable where it cannot be reached; a command reading it would otherwise fail
+        half-way with the database's own error.
         """
         from sqlalchemy.exc import SQLAlchemyError
 
@@ -122,7 +123,7 @@ class Database:
             rev = current_revision(db)
         except SQLAlchemyError as exc:
             db.dispose()
-            raise InputError(f"PREDICTOR_DATABASE_URL: cannot read the state store {db!r}: "
+            raise Unreachable(f"PREDICTOR_DATABASE_URL: cannot read the state store {db!r}: "
                              f"{str(getattr(exc, 'orig', None) or exc).strip().splitlines()[0]}") from None
         head = head_revision()
         if rev != head:

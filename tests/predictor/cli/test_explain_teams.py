@@ -104,7 +104,7 @@ def test_an_unreachable_store_is_one_line(monkeypatch, capsys) -> None:
     monkeypatch.setenv("PREDICTOR_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
     get_engine_settings.cache_clear()
     try:
-        assert main(["teams"]) == 2
+        assert main(["teams"]) == 1  # unreachable: the environment, not the input
         err = capsys.readouterr().err
         assert "cannot read the state store" in err and len(err.strip().splitlines()) == 1
     finally:
