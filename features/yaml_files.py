@@ -1,4 +1,5 @@
-"""Reading a YAML file that must hold a mapping (policy files, inventories): one owner for the errors."""
+"""Reading a YAML file that must hold a mapping (policy files, inventories, tokens files, recorded
+topologies): one owner for the errors."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ def read_yaml_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{what} {path} does not exist") from None
     except OSError as exc:
         raise InputError(f"{what} {path} cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} {path} cannot be read: not UTF-8 text (byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -53,10 +53,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from features.errors import InputError
+from features.yaml_files import read_yaml_mapping
 from predictor.engine.wiring import EngineSettings, settings_from_env
 
 __all__ = ["Role", "ROLES", "TokenSpec", "Settings", "get_settings", "load_tokens", "load_tokens_file", "check_unique",
@@ -121,6 +121,14 @@ class Settings(EngineSettings):
     deadline_ms: float | None = Field(default=None, gt=0)
     inline_score_ms: float = Field(default=10.0, ge=0, le=1000)
 
+    @field_validator("bind")
+    @classmethod
+    def _port_in_range(cls, bind: str) -> str:
+        port = int(bind.rsplit(":", 1)[1])
+        if not 1 <= port <= 65535:
+            raise ValueError(f"port {port} is not a TCP port (1-65535)")
+        return bind
+
     @property
     def host(self) -> str:
         return self.bind.rsplit(":", 1)[0].strip("[]")
@@ -138,14 +146,7 @@ def load_tokens_file(path: Path) -> list[TokenSpec]:
     InputError
         The file is missing or malformed; the message names the file and the entry.
     """
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"tokens file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"tokens file {path}: cannot be read ({exc})") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML/JSON ({exc})") from None
+    raw = read_yaml_mapping(path, "tokens file")
     try:
         return list(_TokenFile.model_validate(raw).tokens)
     except ValidationError as exc:

@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from features.errors import InputError
+from features.yaml_files import read_yaml_mapping
 from predictor.nodeinfo.cpulist import format_cpulist, parse_cpulist
 from predictor.nodeinfo.topology import CpuThread, GpuDevice, HostCpus, MigInstance, NodeTopology
 
@@ -42,16 +43,7 @@ FORMAT = "predictor.node-topology/v1"
 def load_topology(path: str | Path) -> NodeTopology:
     """Read a recorded topology (YAML or JSON) and check it; errors name the file and field."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such topology file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        doc = yaml.safe_load(text)  # YAML is a superset of JSON
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML/JSON ({exc})") from None
+    doc = read_yaml_mapping(path, "topology file")  # YAML is a superset of JSON
     try:
         return topology_from_document(doc)
     except InputError as exc:

@@ -34,6 +34,8 @@ def test_defaults_are_embedded_files_in_the_working_directory(monkeypatch: pytes
 @pytest.mark.parametrize(("var", "value", "message"), [
     ("PREDICTOR_WORKERS", "0", "PREDICTOR_WORKERS: Input should be greater than or equal to 1"),
     ("PREDICTOR_BIND", "localhost", "PREDICTOR_BIND: String should match pattern"),
+    ("PREDICTOR_BIND", "127.0.0.1:99999", "PREDICTOR_BIND: Value error, port 99999 is not a TCP port"),
+    ("PREDICTOR_BIND", "127.0.0.1:0", "PREDICTOR_BIND: Value error, port 0 is not a TCP port"),
     ("PREDICTOR_TOKENS", "not json", "PREDICTOR_TOKENS"),
 ])
 def test_bad_environment_values_name_the_variable(monkeypatch: pytest.MonkeyPatch, var, value, message) -> None:
@@ -78,7 +80,7 @@ tokens:
     ("tokens:\n  - {name: a, role: admin, token: short}", "tokens.0.token"),
     ("tokens:\n  - {name: a, role: admin}", "exactly one of 'token' and 'sha256'"),
     ("tokens:\n  - {name: a, role: admin, token: 'long-enough-token-1', extra: 1}", "tokens.0.extra"),
-    ("tokens: [\n", "not valid YAML/JSON"),
+    ("tokens: [\n", r"tokens file .*: line 2, column 1: not valid YAML \(expected the node content"),
     ("tokens:\n  - {name: a, role: admin, token: 'long-enough-token-1'}\n"
      "  - {name: a, role: admin, token: 'long-enough-token-2'}", "name 'a' is used twice"),
 ])
