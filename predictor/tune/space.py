@@ -103,6 +103,9 @@ SEARCH_SPACE: tuple[Parameter, ...] = (
     Parameter("reservation.depth", 0, 32, integer=True),
     # rule overrun growth: how much more a job that outran its p90 is believed to need (x the overrun)
     Parameter("reservation.overrun_growth", 0.0, 4.0),
+    # rule flavor from memory on (1) or off (0): on a congested cluster of several GPU types a loose
+    # memory bound queues jobs on the largest type while the others idle (docs/limitations.md)
+    Parameter("sizing.use_predictions", 0, 1, integer=True),
 )
 
 
@@ -158,12 +161,13 @@ def values_in(policy: PolicyConfig, space: Sequence[Parameter] = SEARCH_SPACE) -
 
 
 #: The point of the space nearest to QSSF: shortness alone orders (the other weights 0), the starvation
-#: guard as late as the space allows, no reservation, no preemption. Seeded into every study (trial 1)
+#: guard as late as the space allows, no reservation, no preemption, the requested GPU types as asked. Seeded into every study (trial 1)
 #: so the front holds a point next to the baseline the chosen point must beat.
 QSSF_LIKE: dict[str, float] = {
     "weights.age": 0.0, "weights.tier": 0.0, "weights.sla": 0.0, "weights.fairshare": 0.0, "weights.topology": 0.0,
     "aging.starvation_after_s": 7 * DAY, "aging.starvation_run_time_factor": 64.0, "aging.starvation_min_s": DAY,
     "aging.starvation_backlog_factor": 0.0, "reservation.depth": 0, "preemption.max_preemptors_per_cycle": 0,
+    "sizing.use_predictions": 0,
 }
 
 
