@@ -41,7 +41,7 @@ class JobSpec:
         self.queue_name: str | None = None
         self.submit_ts, self.deadline_ts, self.limit_s = 0.0, np.nan, np.nan
         self.p10, self.p50, self.p90 = np.nan, np.nan, np.nan
-        self.peak_upper = np.nan
+        self.peak_upper = self.peak_point = np.nan
         self.slow = [1.0] * len(PLACEMENT_CLASSES)
         self.type_names: tuple[str, ...] = ()
         self.attained_s = 0.0
@@ -87,8 +87,10 @@ class JobSpec:
         self.p10 = float(p50 if p10 is None else p10)
         return self
 
-    def memory(self, upper_mib: float) -> JobSpec:
+    def memory(self, upper_mib: float, point_mib: float | None = None) -> JobSpec:
+        """Predicted peak memory per GPU: the upper bound, and the point estimate where given."""
         self.peak_upper = float(upper_mib)
+        self.peak_point = np.nan if point_mib is None else float(point_mib)
         return self
 
     def slowdown(self, by_class: Mapping[str, float] | Iterable[float]) -> JobSpec:
@@ -307,6 +309,7 @@ class SnapshotBuilder:
             model_version=[s.version for s in p], requested_types=req,
             gpu_request=None if req is None else ["|".join(s.type_names) or None for s in p],
             constraint=[s.constraint_text for s in p] if any(s.constraint_text for s in p) else None,
+            peak_vram_mib=[s.peak_point for s in p] if any(np.isfinite(s.peak_point) for s in p) else None,
         )
         free = np.full(lay.n_gpus, MILLI, dtype=np.int64)
         r = self._running

@@ -22,6 +22,15 @@ Warnings:
 nodes its constraint allows; a job left with no type is flagged ``constrained`` (it can never run
 here, and its decision names the constraint).
 
+Rule *start below the bound* (``sizing.start_below_bound``, on by default): the upper bound is
+conservative (above nine peaks in ten), so on a cluster of several GPU types it would keep jobs
+queued for the largest type while smaller GPUs idle. A job that cannot start now on a type that holds
+the bound may start now on a free type it asked for that holds its *point* estimate (with the same
+margins; ``sizing.below_bound_point_fraction`` of it, 1 by default): an out-of-memory risk taken only
+with GPUs that would otherwise idle. Reservations and
+preemption stay on the types that hold the bound, and a job whose memory a crash has taught is sized
+by what it learnt (the replay; ``SizingOutcome.below``).
+
 Sizing by prediction is skipped (request kept, warnings still computed) when
 ``sizing.use_predictions`` is false, and for jobs without a memory prediction.
 """
@@ -53,6 +62,14 @@ class SizingConfig(BaseModel):
         "when the requested GPU type cannot hold the predicted peak: move the job to a type that can "
         "(upsize) or keep the request and only warn (keep)"))
     waste_ratio: float = Field(2.0, gt=1, description="warn when the GPU holds this many times the need")
+    start_below_bound: bool = Field(True, description=(
+        "when no GPU of a type that holds the predicted upper bound is free for a job, it may start now "
+        "on a free type it asked for that holds its point estimate (an out-of-memory risk the idle GPUs "
+        "pay for; reservations and preemption stay on the types that hold the bound)"))
+    below_bound_point_fraction: float = Field(1.0, ge=0, le=1, description=(
+        "rule start below the bound: the share of the point estimate (with the margins) a type must "
+        "hold to take the job (1: all of it; 0: any free type it asked for, where a crash is cheap: "
+        "jobs requeued automatically and their memory learnt)"))
 
 
 
@@ -73,6 +90,11 @@ class SizingOutcome:
         in the cluster in the number the gang needs.
     constrained : ndarray of bool or None
         The job's constraint leaves it no type it could otherwise run on (None: nobody is constrained).
+    below : ndarray of bool, shape (n_jobs, n_types), or None
+        Rule *start below the bound*: types the job asked for (with room for its gang) that hold its
+        predicted point estimate but not its upper bound, and are not ``allowed``; it may start on
+        one of them now, never reserve or preempt there. None: no job has one (the rule is off, or
+        no point estimate was given).
     """
 
     allowed: np.ndarray
@@ -83,11 +105,12 @@ class SizingOutcome:
     fits_nowhere: np.ndarray
     requested_missing: np.ndarray
     constrained: np.ndarray | None = None
+    below: np.ndarray | None = None
 
 
 def size_jobs(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray, gpu_milli: np.ndarray,
               peak_upper_mib: np.ndarray, requested_types: np.ndarray | None,
-              eligibility: NodeEligibility | None = None) -> SizingOutcome:
+              eligibility: NodeEligibility | None = None, peak_point_mib: np.ndarray | None = None) -> SizingOutcome:
     """Size every job at once (see the module docstring for the rules).
 
     Parameters
@@ -100,6 +123,9 @@ def size_jobs(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray,
     requested_types : ndarray of bool, shape (n_jobs, n_types), or None for "any type"
     eligibility : NodeEligibility, optional
         The jobs' constraints (rule *node eligibility*).
+    peak_point_mib : ndarray of float, shape (n_jobs,), optional
+        Predicted peak memory per GPU (the point estimate), for rule *start below the bound*; NaN or
+        None where unknown (no type below the bound then).
 
     Returns
     -------
@@ -144,6 +170,14 @@ def size_jobs(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray,
         allowed = np.where((~allowed.any(axis=1))[:, None], keep, allowed)
     else:
         allowed = req_ok
+    below = None
+    if cfg.use_predictions and cfg.start_below_bound and peak_point_mib is not None and t > 1:
+        point_need = np.asarray(peak_point_mib, dtype=np.float64) * (1.0 + cfg.margin_fraction) + cfg.margin_mib
+        # NaN point: no type below the bound (NaN compares false), whatever the fraction
+        below = req_ok & (cfg.below_bound_point_fraction * point_need[:, None] <= capacity) & ~allowed
+        below &= np.isfinite(point_need)[:, None]
+        if not below.any():
+            below = None
     any_allowed = allowed.any(axis=1)
     flavor = np.where(any_allowed, np.argmax(allowed, axis=1), -1).astype(np.int64)
     cheapest_fit = np.where(fit_ok.any(axis=1), np.argmax(fit_ok, axis=1), t)
@@ -153,7 +187,7 @@ def size_jobs(layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray,
         allowed=allowed, flavor=flavor, need_mib=np.where(known, need, np.nan), too_small=too_small,
         wasteful=wasteful, fits_nowhere=fits_nowhere,
         requested_missing=~req_ok.any(axis=1) & (True if constrained is None else ~constrained),
-        constrained=constrained,
+        constrained=constrained, below=below,
     )
 
 

@@ -123,6 +123,9 @@ class Admission(PreemptionSteps):
         single_type = ctx.layout.n_types == 1
         one_type = [0]
         allowed = None if single_type else [np.flatnonzero(row).tolist() for row in sizing.allowed]
+        # rule *start below the bound*: the types a job may start on now, those that hold its bound first
+        start_types = allowed if allowed is None or sizing.below is None else [
+            a + np.flatnonzero(b).tolist() if b.any() else a for a, b in zip(allowed, sizing.below, strict=True)]
         whole, some = book.whole_free_by_type, book.any_free_by_type
         end0 = as_seq(self.end0)  # predicted end on the best placement
         preemptible = as_seq(self._preemption_possible())
@@ -202,9 +205,9 @@ class Admission(PreemptionSteps):
             else:
                 types = allowed[i]
                 if share[i]:
-                    fits = any(some[t] >= g for t in types)
+                    fits = any(some[t] >= g for t in start_types[i])
                 else:
-                    fits = any(whole[t] >= g and book.whole_free_until(t, end0[i]) >= g for t in types)
+                    fits = any(whole[t] >= g and book.whole_free_until(t, end0[i]) >= g for t in start_types[i])
             if not fits and self.test_left <= 0:
                 self.outcomes[i] = beyond
                 self.beyond_depth += 1
@@ -241,6 +244,8 @@ class Admission(PreemptionSteps):
         milli = ctx.pending.gpu_milli[rows]
         share = milli < MILLI
         allowed = None if lay.n_types == 1 else ctx.sizing.allowed[rows]
+        if allowed is not None and ctx.sizing.below is not None:  # rule *start below the bound*
+            allowed = allowed | ctx.sizing.below[rows]
 
         def fits(count_by_type: np.ndarray, sel=slice(None)) -> np.ndarray:
             """``count_by_type``: (n_types,) or (rows, n_types) counts of usable GPUs."""
@@ -359,11 +364,14 @@ class Admission(PreemptionSteps):
         d50, d90, slow = float(ctx.p50[i]), float(ctx.p90[i]), self.slow[i]
         ends = self.now + d90 * slow
         types = np.flatnonzero(ctx.sizing.allowed[i]).tolist() if ctx.layout.n_types > 1 else [0]
-        # b. start now (or wait for a better placement)
-        choice, t = self._place_now(types, g, m, ends)
+        below = ctx.sizing.below
+        under = np.flatnonzero(below[i]).tolist() if below is not None and ctx.layout.n_types > 1 else []
+        # b. start now (or wait for a better placement); rule *start below the bound*: on a type that
+        # holds only the point estimate when none that holds the bound has room now
+        choice, t = self._place_now(types + under if under else types, g, m, ends)
         if choice is not None:
             c = choice.placement_class
-            if self.pol.placement.wait_for_better and self.reserve_left > 0 and slow[c] > slow[0] + 1e-9:
+            if not (under and t in under) and self.pol.placement.wait_for_better and self.reserve_left > 0 and slow[c] > slow[0] + 1e-9:
                 later = self._better_later(t, g, c, d50, slow, self.now + d50 * slow[c])
                 if later is not None:
                     start, ch, note = later
@@ -374,7 +382,8 @@ class Admission(PreemptionSteps):
             if self.quota is not None:
                 self.quota.add(team, demand)
             self.outcomes[i] = Outcome("start", type_code=t, gpus=choice.gpus, placement_class=c,
-                                       start_ts=self.now, end_ts=float(ends[c]), backfill=backfill)
+                                       start_ts=self.now, end_ts=float(ends[c]), backfill=backfill,
+                                       note=self._below_note(i, t, m) if under and t in under else "")
             return "start"
         # c./d. cannot start now
         res, wait = None, None
@@ -464,6 +473,12 @@ class Admission(PreemptionSteps):
             if later is not None:
                 start, ch, note = later
         return start, t, ch, note
+
+    def _below_note(self, i: int, t: int, m: int) -> str:
+        lay, need = self.ctx.layout, float(self.ctx.sizing.need_mib[i])
+        return (f"Below its predicted peak-memory bound ({need:,.0f} MiB per GPU with margin; "
+                f"{lay.gpu_types[t]} holds {lay.type_memory_mib[t] * m / MILLI:,.0f}): no GPU of a type that "
+                "holds the bound was free, and its point estimate fits (rule start below the bound; OOM risk).")
 
     def _reserve(self, i: int, t: int, ch: GangChoice, start: float, end: float, note: str) -> None:
         lend = self.pol.reservation.backfill == "p90" and not self.strict

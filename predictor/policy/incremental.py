@@ -80,33 +80,47 @@ class JobSizing:
     """
 
     def __init__(self, layout: ClusterLayout, cfg: SizingConfig, *, num_gpus: np.ndarray, gpu_milli: np.ndarray,
-                 peak_upper_mib: np.ndarray, requested_types: np.ndarray | None) -> None:
+                 peak_upper_mib: np.ndarray, requested_types: np.ndarray | None,
+                 peak_point_mib: np.ndarray | None = None) -> None:
         self.layout, self.cfg = layout, cfg
         self.num_gpus = np.asarray(num_gpus, dtype=np.int64)
         self.gpu_milli = np.asarray(gpu_milli, dtype=np.int64)
         self.peak = np.array(peak_upper_mib, dtype=np.float64, copy=True)
+        self.point = None if peak_point_mib is None else np.array(peak_point_mib, dtype=np.float64, copy=True)
         self.requested = requested_types
         self._all = self._size(slice(None))
         self._cols = {name: np.array(getattr(self._all, name), copy=True) for name in _COLS}
+        if self._all.below is not None:  # rule *start below the bound*: some job has a type below it
+            self._cols["below"] = np.array(self._all.below, copy=True)
 
     def _size(self, rows) -> SizingOutcome:
         req = None if self.requested is None else self.requested[rows]
         return size_jobs(self.layout, self.cfg, num_gpus=self.num_gpus[rows], gpu_milli=self.gpu_milli[rows],
-                         peak_upper_mib=self.peak[rows], requested_types=req)
+                         peak_upper_mib=self.peak[rows], requested_types=req,
+                         peak_point_mib=None if self.point is None else self.point[rows])
 
     def update(self, row: int, *, peak_upper_mib: float) -> None:
-        """Job ``row``'s predicted peak memory is now ``peak_upper_mib``: size it again."""
+        """Job ``row``'s peak memory is now known to be ``peak_upper_mib`` (a crash taught it): size
+        it again, by it as both the bound and the point estimate."""
         same = self.peak[row] == peak_upper_mib or (np.isnan(self.peak[row]) and np.isnan(peak_upper_mib))
-        if same:
+        if same and (self.point is None or self.point[row] == peak_upper_mib):
             return
         self.peak[row] = peak_upper_mib
+        if self.point is not None:
+            self.point[row] = peak_upper_mib
         fresh = self._size(np.array([row]))
         for name in _COLS:
             self._cols[name][row] = getattr(fresh, name)[0]
+        if "below" in self._cols:
+            self._cols["below"][row] = False if fresh.below is None else fresh.below[0]
 
     def take(self, rows: np.ndarray) -> SizingOutcome:
         """``size_jobs`` of the jobs ``rows``, in that order."""
-        return SizingOutcome(**{name: col[rows] for name, col in self._cols.items()})
+        cols = {name: col[rows] for name, col in self._cols.items()}
+        below = cols.get("below")
+        if below is not None and not below.any():
+            cols["below"] = None  # as size_jobs says it: none of these rows has a type below the bound
+        return SizingOutcome(**cols)
 
 
 class IncrementalScheduler:

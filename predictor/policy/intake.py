@@ -214,6 +214,7 @@ def pending_jobs(jobs: Columns, preds: Columns, vocab: Vocabulary, layout: Clust
         slowdown=_slowdown(preds, n), attained_gpu_s=attained_gpu_s, fallback=fallback,
         model_version=strings(preds, "model_version") if "model_version" in preds else None,
         requested_types=requested, gpu_request=request, constraint=job_constraints(jobs, ids),
+        peak_vram_mib=floats(preds, "peak_vram_mib", n=n),  # rule *start below the bound*
     )
 
 

@@ -84,7 +84,7 @@ def open_cycle(snapshot: ClusterSnapshot, policy: PolicyConfig, sizing: SizingOu
         # constrained job pending, size this cycle's rows here (rule *node eligibility*)
         sizing = size_jobs(lay, policy.sizing, num_gpus=pend.num_gpus, gpu_milli=pend.gpu_milli,
                            peak_upper_mib=pend.peak_vram_upper_mib, requested_types=pend.requested_types,
-                           eligibility=eligibility)
+                           eligibility=eligibility, peak_point_mib=pend.peak_vram_mib)
     return CycleContext(snapshot, policy, sizing, book)
 
 

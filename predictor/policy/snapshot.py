@@ -103,6 +103,9 @@ class PendingJobs:
         Predicted duration quantiles on the best placement; NaN when unknown.
     peak_vram_upper_mib : ndarray of float64
         Predicted upper bound of peak memory per GPU; NaN when unknown.
+    peak_vram_mib : ndarray of float64 or None
+        Predicted peak memory per GPU (the point estimate; rule *start below the bound*); None: not
+        given (no job starts below its bound).
     slowdown : ndarray of float64, shape (n_jobs, 5)
         Predicted run-time multiplier per placement class.
     attained_gpu_s : ndarray of float64
@@ -132,6 +135,7 @@ class PendingJobs:
     requested_types: np.ndarray | None = None
     gpu_request: np.ndarray | None = None
     constraint: np.ndarray | None = None  # residency (docs/residency.md)
+    peak_vram_mib: np.ndarray | None = None  # rule *start below the bound* (predictor.capacity.sizing)
 
     def __post_init__(self) -> None:
         _check_len(self, len(self.job_id), skip=())
@@ -162,7 +166,7 @@ class PendingJobs:
                      queue=None, deadline_ts=None, time_limit_s=None, p10_s=None, p50_s=None, p90_s=None,
                      peak_vram_upper_mib=None, slowdown=None, attained_gpu_s=None, fallback=None,
                      model_version=None, requested_types=None, gpu_request=None,
-                     constraint=None) -> PendingJobs:
+                     constraint=None, peak_vram_mib=None) -> PendingJobs:
         """Build from arrays, filling absent columns with their "unknown" value (NaN, -1, 1.0...)."""
         job_id = np.asarray(job_id, dtype=object)
         n = len(job_id)
@@ -191,6 +195,7 @@ class PendingJobs:
             requested_types=None if requested_types is None else np.asarray(requested_types, dtype=bool),
             gpu_request=None if gpu_request is None else np.asarray(gpu_request, dtype=object),
             constraint=None if constraint is None else np.asarray(constraint, dtype=object),
+            peak_vram_mib=None if peak_vram_mib is None else np.asarray(peak_vram_mib, dtype=np.float64),
         )
 
 

@@ -132,12 +132,14 @@ class PolicyRules:
         self.p50 = predictions.p50_s.copy()
         self.p90 = predictions.p90_s.copy()
         self.peak_upper = predictions.peak_vram_upper_mib.copy()
+        self.peak_point = predictions.peak_vram_mib.copy()  # rule *start below the bound*
         self.half_life_s = float(policy.factors.fairshare.half_life_s)
         self.ledger = FairShareLedger(self.half_life_s)
         self.scheduler = IncrementalScheduler(policy)
         # every job's sizing (flavor from memory), once; a row again when a crash teaches its memory
         self.sizing = JobSizing(self.layout, policy.sizing, num_gpus=jobs.num_gpus, gpu_milli=jobs.gpu_milli,
-                                peak_upper_mib=self.peak_upper, requested_types=self.requested)
+                                peak_upper_mib=self.peak_upper, requested_types=self.requested,
+                                peak_point_mib=self.peak_point)
         # parts of the last snapshot reused while what they were built from is unchanged: the pending
         # columns (same queued rows, none of them stopped since) and the running jobs' static columns
         # (same cluster version: no allocation or release since)
@@ -187,7 +189,7 @@ class PolicyRules:
             for mine, theirs in ((self.p10, self.pred.p10_s), (self.p50, self.pred.p50_s), (self.p90, self.pred.p90_s)):
                 mine[j] = max(theirs[j] - kept, 1.0) if np.isfinite(theirs[j]) else theirs[j]
         if progress.memory_known[j]:
-            self.peak_upper[j] = self.jobs.peak_vram_mib[j]
+            self.peak_upper[j] = self.peak_point[j] = self.jobs.peak_vram_mib[j]
             self.sizing.update(j, peak_upper_mib=float(self.peak_upper[j]))
 
     # -- one cycle -------------------------------------------------------------------------------
@@ -236,7 +238,7 @@ class PolicyRules:
             submit_ts=self.submit_ts[rows], num_gpus=self.jobs.num_gpus[rows], gpu_milli=self.jobs.gpu_milli[rows],
             deadline_ts=self.deadline_ts[rows], time_limit_s=self.time_limit_s[rows],
             p10_s=self.p10[rows], p50_s=self.p50[rows], p90_s=self.p90[rows],
-            peak_vram_upper_mib=self.peak_upper[rows], slowdown=p.slowdown[rows],
+            peak_vram_upper_mib=self.peak_upper[rows], peak_vram_mib=self.peak_point[rows], slowdown=p.slowdown[rows],
             attained_gpu_s=view.progress.attained_gpu_s[rows], fallback=p.fallback[rows],
             model_version=p.model_version[rows],
             requested_types=None if self.requested is None else self.requested[rows],

@@ -106,6 +106,8 @@ SEARCH_SPACE: tuple[Parameter, ...] = (
     # rule flavor from memory on (1) or off (0): on a congested cluster of several GPU types a loose
     # memory bound queues jobs on the largest type while the others idle (docs/limitations.md)
     Parameter("sizing.use_predictions", 0, 1, integer=True),
+    # rule start below the bound: the share of the point estimate a type below the bound must hold
+    Parameter("sizing.below_bound_point_fraction", 0.0, 1.0),
 )
 
 

@@ -85,3 +85,38 @@ def test_job_sizing_kept_per_row_equals_sizing_the_rows():
     for name in ("allowed", "flavor", "too_small", "wasteful", "fits_nowhere", "requested_missing"):
         assert np.array_equal(getattr(got, name), getattr(want, name)), name
     assert np.array_equal(got.need_mib, want.need_mib, equal_nan=True)
+
+
+def test_types_below_the_bound_hold_the_point_estimate_and_were_asked_for():
+    # bound 60 GB: only the A100 holds it; point 20 GB: the A10 and the L40S hold it (with the margins)
+    peak = np.array([60_000.0, 60_000.0, 60_000.0, 60_000.0])
+    point = np.array([20_000.0, 30_000.0, np.nan, 20_000.0])
+    req = np.ones((4, LAY.n_types), dtype=bool)
+    req[3] = [t == "A100-80GB" or t == "L40S" for t in LAY.gpu_types]
+    out = size_jobs(LAY, CFG, num_gpus=np.ones(4, dtype=int), gpu_milli=np.full(4, 1000), peak_upper_mib=peak,
+                    requested_types=req, peak_point_mib=point)
+    names = LAY.gpu_types
+    below = [[names[k] for k in np.flatnonzero(row)] for row in out.below]
+    assert [names[k] for k in out.flavor] == ["A100-80GB"] * 4  # the flavor still holds the bound
+    assert below == [["A10", "L40S"], ["L40S"], [], ["L40S"]]  # 30 GB + margins is more than an A10
+    off = size_jobs(LAY, SizingConfig(start_below_bound=False), num_gpus=np.ones(4, dtype=int),
+                    gpu_milli=np.full(4, 1000), peak_upper_mib=peak, requested_types=req, peak_point_mib=point)
+    assert off.below is None
+    anything = size_jobs(LAY, SizingConfig(below_bound_point_fraction=0.0), num_gpus=np.ones(4, dtype=int),
+                         gpu_milli=np.full(4, 1000), peak_upper_mib=peak, requested_types=req, peak_point_mib=point)
+    assert [[names[k] for k in np.flatnonzero(row)] for row in anything.below] == [
+        ["A10", "L40S"], ["A10", "L40S"], [], ["L40S"]]  # any type asked for, where the point is known
+    assert size_jobs(LAY, CFG, num_gpus=np.ones(4, dtype=int), gpu_milli=np.full(4, 1000), peak_upper_mib=peak,
+                     requested_types=req).below is None  # no point estimate given
+
+
+def test_job_sizing_keeps_the_types_below_the_bound_and_a_crash_removes_them():
+    from predictor.policy.incremental import JobSizing
+
+    peak, point = np.array([60_000.0, 10_000.0]), np.array([20_000.0, 8_000.0])
+    kept = JobSizing(LAY, CFG, num_gpus=np.ones(2, dtype=int), gpu_milli=np.full(2, 1000), peak_upper_mib=peak,
+                     requested_types=None, peak_point_mib=point)
+    assert kept.take(np.array([0])).below[0].tolist() == [True, True, False]
+    assert kept.take(np.array([1])).below is None  # the A10 holds its bound: nothing below it
+    kept.update(0, peak_upper_mib=70_000.0)  # a crash taught it: 70 GB, bound and point
+    assert kept.take(np.array([0, 1])).below is None

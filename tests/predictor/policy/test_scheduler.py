@@ -201,3 +201,35 @@ def test_reserve_only_the_starving():
     d = by_id(plan)
     assert d["big"].action == "reserve" and d["big"].reservation.start_ts == NOW + 1000
     assert d["next"].action == "wait" and d["next"].reservation is None  # outside the band: none
+
+
+def test_start_below_the_bound_on_a_free_type_that_holds_the_point_estimate():
+    # the A100s are busy; the job's bound (60 GB) needs one, its point estimate (15 GB) fits an A10
+    inv = Inventory(nodes=(Node("small", "A10", 8), Node("big", "A100-80GB", 8)))
+    busy = make_running("r").gpus(8).on("big").started(0).ends(NOW + 7200)
+    plan, _ = plan_of(make_job("j").memory(60_000, 15_000).predict(600), running=[busy], inv=inv)
+    d = by_id(plan)["j"]
+    assert d.action == "start" and d.flavor == "A10" and d.placement.gpus_by_node == (("small", 1),)
+    assert "Below its predicted peak-memory bound" in d.reason and "OOM risk" in d.reason
+    # where a type that holds the bound is free, it comes first
+    plan, _ = plan_of(make_job("j").memory(60_000, 15_000).predict(600), inv=inv)
+    assert by_id(plan)["j"].flavor == "A100-80GB"
+    # a point estimate that no free type holds, no point estimate, or the rule off: it waits for an A100
+    for job, policy in ((make_job("j").memory(60_000, 30_000).predict(600), OURS),
+                        (make_job("j").memory(60_000).predict(600), OURS),
+                        (make_job("j").memory(60_000, 15_000).predict(600),
+                         policy_from_mapping({"sizing": {"start_below_bound": False}}))):
+        plan, _ = plan_of(job, running=[busy], inv=inv, policy=policy)
+        d = by_id(plan)["j"]
+        assert d.action == "reserve" and d.flavor == "A100-80GB", (d.action, d.flavor)
+        assert d.reservation.placement.gpus_by_node == (("big", 1),)  # reservations hold the bound
+
+
+def test_reservations_stay_on_types_that_hold_the_bound():
+    inv = Inventory(nodes=(Node("small", "A10", 8), Node("big", "A100-80GB", 8)))
+    running = [make_running("r").gpus(8).on("big").started(0).ends(NOW + 7200),
+               make_running("s").gpus(8).on("small").started(0).ends(NOW + 3600)]
+    # nothing free at all: the below-bound type is not a reservation target
+    plan, _ = plan_of(make_job("j").memory(60_000, 15_000).predict(600), running=running, inv=inv)
+    d = by_id(plan)["j"]
+    assert d.action == "reserve" and d.reservation.placement.gpus_by_node == (("big", 1),)
