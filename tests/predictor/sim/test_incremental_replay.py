@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from features.schema import PLACEMENT_CLASSES
-from predictor.capacity.inventory import Inventory, homogeneous_inventory
+from predictor.capacity.inventory import Inventory, Node, homogeneous_inventory
 from predictor.policy import admission
 from predictor.policy.config import QueueingConfig
 from predictor.policy.incremental import IncrementalScheduler
@@ -228,3 +228,49 @@ def test_the_thin_walk_passes_over_preemptors_whose_wait_would_not_trigger_preem
         assert sum(dropped) >= 2 and rec.preemptions.sum() == 0
     else:
         assert sum(dropped) == 0 and rec.preemptions.sum() == 3
+
+
+MIXED = Inventory(nodes=(Node("a10", "A10", 8), Node("l40s", "L40S", 4), Node("a100", "A100-80GB", 8)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(draw=jobs_strategy, peaks=st.lists(st.floats(2_000, 70_000), min_size=25, max_size=25),
+       loose=st.sampled_from([1.0, 1.8, 3.0]), thin_after=st.sampled_from([0, None]),
+       fraction=st.sampled_from([1.0, 0.0]))
+def test_starts_below_the_bound_are_the_full_decide_on_a_mixed_cluster(draw, peaks, loose, thin_after, fraction):
+    """Rule *start below the bound* on three GPU types, the bound ``loose`` x the true peak (the point):
+    every incremental plan equals a full decide(), with the thin walk and without."""
+    rows = JobRows()
+    for i, (gpus, run_s, submit, team, *_rest) in enumerate(draw):
+        rows.add(f"j{i}", gpus=min(gpus, 8), run=round(run_s), submit=round(submit), team=team,
+                 peak_mib=peaks[i], tier=["research", "production", "best_effort"][i % 3])
+    table, _ = load_workload(rows.frame())
+    preds = OraclePredictions().predict(table, MIXED)
+    preds = replace(preds, peak_vram_upper_mib=preds.peak_vram_mib * loose)
+    policy = load_policy("ours")
+    policy = policy.model_copy(update={"sizing": policy.sizing.model_copy(update={"below_bound_point_fraction": fraction})})
+    rules = CheckedRules("ours", policy, table, MIXED, preds)
+    if thin_after is not None:
+        rules.scheduler = IncrementalScheduler(rules.policy, thin_after=thin_after)
+    Replay(table, MIXED, rules, preds, SimConfig(default_checkpoint_s=600.0)).run()
+    assert rules.cycles >= 1
+
+
+def test_a_loose_bound_starts_jobs_below_it_when_the_safe_type_is_busy():
+    """Eight 1-GPU jobs whose 3x-loose bound (60 GB) needs an A100 and whose point (20 GB) fits the
+    others, arriving while a long 8-GPU job holds the A100s: they start on the free L40S and A10 GPUs."""
+    rows = JobRows().add("big", gpus=8, run=10_000, submit=0, peak_mib=70_000)
+    for i in range(8):
+        rows.add(f"s{i}", gpus=1, run=600, submit=10 + i, peak_mib=20_000)
+    table, _ = load_workload(rows.frame())
+    preds = OraclePredictions().predict(table, MIXED)
+    preds = replace(preds, peak_vram_upper_mib=preds.peak_vram_mib * 3.0)
+    rec = Replay(table, MIXED, PolicyRules("ours", load_policy("ours"), table, MIXED, preds), preds,
+                 SimConfig(default_checkpoint_s=600.0)).run()
+    small = list(range(1, 9))  # rows in submit order: "big" first
+    assert all(rec.wait_s[j] < 60 for j in small)  # none waits for the A100s (10,000 s)
+    off = load_policy("ours")
+    off = off.model_copy(update={"sizing": off.sizing.model_copy(update={"start_below_bound": False})})
+    rec_off = Replay(table, MIXED, PolicyRules("ours", off, table, MIXED, preds), preds,
+                     SimConfig(default_checkpoint_s=600.0)).run()
+    assert all(rec_off.wait_s[j] > 5_000 for j in small)  # the rule off: they queue for the A100s
