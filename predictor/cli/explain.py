@@ -23,7 +23,7 @@ def open_tracked_queue():  # noqa: ANN201 - (Database, Engine) with the tracked 
     from predictor.store import Database
 
     settings = get_engine_settings()
-    db = Database.existing(settings.database_url)  # a store to read, or exit 2 saying why there is none
+    db = Database.existing(settings.database_url)  # a store to read, or one line saying why there is none
     slot = ModelSlot.fixed(NullPredictor(), NULL_VERSION, fallback_reason="explain reads stored predictions")
     engine, policy = build_engine(settings, model=slot)
     TrackedQueue(db, engine).load(policy)

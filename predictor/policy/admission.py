@@ -371,7 +371,8 @@ class Admission(PreemptionSteps):
         choice, t = self._place_now(types + under if under else types, g, m, ends)
         if choice is not None:
             c = choice.placement_class
-            if not (under and t in under) and self.pol.placement.wait_for_better and self.reserve_left > 0 and slow[c] > slow[0] + 1e-9:
+            below_bound = bool(under) and t in under
+            if not below_bound and self.pol.placement.wait_for_better and self.reserve_left > 0 and slow[c] > slow[0] + 1e-9:
                 later = self._better_later(t, g, c, d50, slow, self.now + d50 * slow[c])
                 if later is not None:
                     start, ch, note = later
@@ -383,7 +384,7 @@ class Admission(PreemptionSteps):
                 self.quota.add(team, demand)
             self.outcomes[i] = Outcome("start", type_code=t, gpus=choice.gpus, placement_class=c,
                                        start_ts=self.now, end_ts=float(ends[c]), backfill=backfill,
-                                       note=self._below_note(i, t, m) if under and t in under else "")
+                                       note=self._below_note(i, t, m) if below_bound else "")
             return "start"
         # c./d. cannot start now
         res, wait = None, None

@@ -163,8 +163,9 @@ def values_in(policy: PolicyConfig, space: Sequence[Parameter] = SEARCH_SPACE) -
 
 
 #: The point of the space nearest to QSSF: shortness alone orders (the other weights 0), the starvation
-#: guard as late as the space allows, no reservation, no preemption, the requested GPU types as asked. Seeded into every study (trial 1)
-#: so the front holds a point next to the baseline the chosen point must beat.
+#: guard as late as the space allows, no reservation, no preemption, the requested GPU types as asked.
+#: Seeded into every study (trial 1) so the front holds a point next to the baseline the chosen point
+#: must beat.
 QSSF_LIKE: dict[str, float] = {
     "weights.age": 0.0, "weights.tier": 0.0, "weights.sla": 0.0, "weights.fairshare": 0.0, "weights.topology": 0.0,
     "aging.starvation_after_s": 7 * DAY, "aging.starvation_run_time_factor": 64.0, "aging.starvation_min_s": DAY,
