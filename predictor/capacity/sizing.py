@@ -29,7 +29,7 @@ the bound may start now on a free type it asked for that holds its *point* estim
 margins; ``sizing.below_bound_point_fraction`` of it, 1 by default): an out-of-memory risk taken only
 with GPUs that would otherwise idle. Reservations and
 preemption stay on the types that hold the bound, and a job whose memory a crash has taught is sized
-by what it learnt (the replay; ``SizingOutcome.below``).
+by what it learnt, with no point estimate left (the replay, ``JobSizing.update``; ``SizingOutcome.below``).
 
 Sizing by prediction is skipped (request kept, warnings still computed) when
 ``sizing.use_predictions`` is false, and for jobs without a memory prediction.
@@ -68,8 +68,7 @@ class SizingConfig(BaseModel):
         "pay for; reservations and preemption stay on the types that hold the bound)"))
     below_bound_point_fraction: float = Field(1.0, ge=0, le=1, description=(
         "rule start below the bound: the share of the point estimate (with the margins) a type must "
-        "hold to take the job (1: all of it; 0: any free type it asked for, where a crash is cheap: "
-        "jobs requeued automatically and their memory learnt)"))
+        "hold to take the job (1: all of it; 0: any free type it asked for)"))
 
 
 

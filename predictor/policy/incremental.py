@@ -90,8 +90,8 @@ class JobSizing:
         self.requested = requested_types
         self._all = self._size(slice(None))
         self._cols = {name: np.array(getattr(self._all, name), copy=True) for name in _COLS}
-        if self._all.below is not None:  # rule *start below the bound*: some job has a type below it
-            self._cols["below"] = np.array(self._all.below, copy=True)
+        below = self._all.below  # rule *start below the bound* (None: no job has a type below it)
+        self._cols["below"] = np.zeros_like(self._cols["allowed"]) if below is None else np.array(below, copy=True)
 
     def _size(self, rows) -> SizingOutcome:
         req = None if self.requested is None else self.requested[rows]
@@ -101,18 +101,18 @@ class JobSizing:
 
     def update(self, row: int, *, peak_upper_mib: float) -> None:
         """Job ``row``'s peak memory is now known to be ``peak_upper_mib`` (a crash taught it): size
-        it again, by it as both the bound and the point estimate."""
+        it again by it, with no point estimate left to start below it on (rule *start below the
+        bound*: the job is not tried below what it needed again)."""
         same = self.peak[row] == peak_upper_mib or (np.isnan(self.peak[row]) and np.isnan(peak_upper_mib))
-        if same and (self.point is None or self.point[row] == peak_upper_mib):
+        if same and (self.point is None or np.isnan(self.point[row])):
             return
         self.peak[row] = peak_upper_mib
         if self.point is not None:
-            self.point[row] = peak_upper_mib
+            self.point[row] = np.nan
         fresh = self._size(np.array([row]))
         for name in _COLS:
             self._cols[name][row] = getattr(fresh, name)[0]
-        if "below" in self._cols:
-            self._cols["below"][row] = False if fresh.below is None else fresh.below[0]
+        self._cols["below"][row] = False if fresh.below is None else fresh.below[0]
 
     def take(self, rows: np.ndarray) -> SizingOutcome:
         """``size_jobs`` of the jobs ``rows``, in that order."""

@@ -189,7 +189,8 @@ class PolicyRules:
             for mine, theirs in ((self.p10, self.pred.p10_s), (self.p50, self.pred.p50_s), (self.p90, self.pred.p90_s)):
                 mine[j] = max(theirs[j] - kept, 1.0) if np.isfinite(theirs[j]) else theirs[j]
         if progress.memory_known[j]:
-            self.peak_upper[j] = self.peak_point[j] = self.jobs.peak_vram_mib[j]
+            self.peak_upper[j] = self.jobs.peak_vram_mib[j]
+            self.peak_point[j] = np.nan  # known now: no point estimate to start below it on
             self.sizing.update(j, peak_upper_mib=float(self.peak_upper[j]))
 
     # -- one cycle -------------------------------------------------------------------------------

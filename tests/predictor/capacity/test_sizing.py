@@ -120,3 +120,14 @@ def test_job_sizing_keeps_the_types_below_the_bound_and_a_crash_removes_them():
     assert kept.take(np.array([1])).below is None  # the A10 holds its bound: nothing below it
     kept.update(0, peak_upper_mib=70_000.0)  # a crash taught it: 70 GB, bound and point
     assert kept.take(np.array([0, 1])).below is None
+
+
+def test_a_crash_leaves_no_type_below_the_bound_even_at_fraction_0():
+    from predictor.policy.incremental import JobSizing
+
+    cfg = SizingConfig(below_bound_point_fraction=0.0)
+    kept = JobSizing(LAY, cfg, num_gpus=np.ones(1, dtype=int), gpu_milli=np.full(1, 1000),
+                     peak_upper_mib=np.array([60_000.0]), requested_types=None, peak_point_mib=np.array([20_000.0]))
+    assert kept.take(np.array([0])).below[0].tolist() == [True, True, False]
+    kept.update(0, peak_upper_mib=60_000.0)  # the same bound, now known: it needs an A100
+    assert kept.take(np.array([0])).below is None
