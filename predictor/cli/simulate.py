@@ -231,6 +231,21 @@ def _print_table(json_path: Path) -> None:
     table.add_column("policy", no_wrap=True, min_width=max(len(n) for n in doc["policies"]))
     for label, _ in _COLUMNS.values():
         table.add_column(label, justify="right")
+    table.add_column("left unfinished", justify="right")
     for name, m in doc["policies"].items():
-        table.add_row(name, *("-" if m.get(c) is None else fmt(m[c]) for c, (_, fmt) in _COLUMNS.items()))
-    Console().print(table)
+        table.add_row(name, *("-" if m.get(c) is None else fmt(m[c]) for c, (_, fmt) in _COLUMNS.items()),
+                      _left_unfinished(doc["extra"].get(name, {})))
+    console = Console()
+    console.print(table)
+    console.print("left unfinished: jobs that left without doing all their work (out of memory for good, at their "
+                  "time limit, rejected) or were still queued at the end; the JCT columns count the ones that left, "
+                  "so a policy that loses jobs can look faster than one that finishes them.")
+
+
+def _left_unfinished(extra: dict) -> str:
+    """'N (M OOM)': the replayed jobs that did not do all their work, and how many of them failed out of memory."""
+    if "jobs" not in extra:
+        return "-"
+    lost = int(extra["jobs"]) - int(extra.get("jobs_finished", 0))
+    oom = int(extra.get("jobs_failed_oom", 0))
+    return f"{lost:,} ({oom:,} OOM)" if oom else f"{lost:,}"

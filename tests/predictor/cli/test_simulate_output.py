@@ -68,7 +68,25 @@ def test_the_table_has_one_number_format_per_column(tmp_path, capsys) -> None:
     assert len(rows) == 3
     duration = re.compile(r"^\d+(\.\d)? (s|min|h|d)$")
     formats = [duration, duration, duration, duration, re.compile(r"^\d+\.\d%$"), re.compile(r"^[01]\.\d{3}$"),
-               re.compile(r"^[\d,]+$"), re.compile(r"^[\d,]+\.\d$")]
+               re.compile(r"^[\d,]+$"), re.compile(r"^[\d,]+\.\d$"), re.compile(r"^[\d,]+( \([\d,]+ OOM\))?$")]
     for row in rows:
         for cell, fmt in zip(row[1:], formats, strict=True):
             assert fmt.match(cell), (cell, row)
+
+
+def test_the_table_says_how_many_jobs_left_unfinished_and_how_many_ran_out_of_memory(tmp_path, capsys) -> None:
+    """A policy that loses jobs to out-of-memory crashes shortens its average JCT: the table shows the loss."""
+    import json
+
+    frame = pd.read_parquet(_jobs(tmp_path / "jobs.parquet", n_cpu=0))
+    frame["true_peak_vram_mib"] = [200_000.0 if i % 5 == 0 else 8_000.0 for i in range(len(frame))]  # > any GPU
+    frame.to_parquet(tmp_path / "oom.parquet")
+    assert main(["simulate", "--jobs", str(tmp_path / "oom.parquet"), "--cluster", "16", "--out", str(tmp_path / "out"),
+                 "--no-progress", "--policy", "fifo", "--train-fraction", "0"]) == 0
+    out = capsys.readouterr().out
+    extra = json.loads((tmp_path / "out" / "report.json").read_text())["extra"]["fifo"]
+    assert extra["jobs_failed_oom"] == 8, extra
+    row = next(line for line in out.splitlines() if line.startswith("│") and "fifo" in line)
+    left = extra["jobs"] - extra["jobs_finished"]
+    assert row.split("│")[-2].strip() == f"{left:,} (8 OOM)", row
+    assert "left unfinished: jobs that left without doing all their work" in " ".join(out.split())
