@@ -154,11 +154,20 @@ def _print(result) -> None:
                       + ", ".join(f"{k}={v:.4g}" for k, v in result.chosen.params.items()))
     table = Table(title=f"validation window ({result.split.validate_jobs:,} jobs never seen by a trial)")
     cols = {"avg_jct_s": "avg JCT", "p95_jct_s": "p95 JCT", "max_wait_s": "max wait", "sla_misses": "SLA miss",
-            "jain_index": "Jain", "utilization": "util", "preemptions": "preempt"}
+            "jain_index": "Jain", "utilization": "util", "preemptions": "preempt", "jobs_failed_oom": "OOM-failed"}
     table.add_column("policy", no_wrap=True)
     for label in cols.values():
         table.add_column(label, justify="right")
     for name, m in result.validation.items():
-        table.add_row(name, *("-" if m.get(c) is None else (f"{m[c]:.3f}" if abs(m[c]) < 10 else f"{m[c]:,.0f}")
-                              for c in cols))
+        table.add_row(name, *("-" if m.get(c) is None else _cell(c, m[c]) for c in cols))
     console.print(table)
+
+
+#: Counts: printed whole (an SLA miss is not 3.000).
+_COUNTS = frozenset({"sla_misses", "preemptions", "jobs_failed_oom", "starved_jobs"})
+
+
+def _cell(metric: str, value: float) -> str:
+    if metric in _COUNTS:
+        return f"{value:,.0f}"
+    return f"{value:.3f}" if abs(value) < 10 else f"{value:,.0f}"

@@ -51,7 +51,7 @@ __all__ = [
 METRIC_KEYS: tuple[str, ...] = (
     "avg_jct_s", "median_jct_s", "p95_jct_s", "avg_wait_s", "p95_wait_s", "max_wait_s",
     "utilization", "makespan_s", "jain_index", "starved_jobs", "sla_misses", "preemptions",
-    "gpu_hours_lost",
+    "gpu_hours_lost", "jobs_failed_oom",
 )
 
 
@@ -227,6 +227,8 @@ def policy_metrics(record: ReplayRecord, config: MetricsConfig | None = None) ->
         "sla_misses": int(late.sum()),
         "preemptions": int(record.preemptions.sum()),
         "gpu_hours_lost": float(lost_gpu_h.sum()),
+        # jobs that ended out of memory for good: a policy that loses jobs shortens its JCTs (rule *chosen point*)
+        "jobs_failed_oom": int((record.status == JobStatus.FAILED).sum()),
     }
     total_received = received_total.sum()
     total_entitled = entitled_total.sum()

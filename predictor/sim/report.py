@@ -140,6 +140,7 @@ _METRICS = {
     "sla_misses": ("SLA misses", "count", True),
     "preemptions": ("preemptions", "count", True),
     "gpu_hours_lost": ("GPU-hours lost", "gpu_hours", True),
+    "jobs_failed_oom": ("jobs failed out of memory", "count", True),
 }
 _BETTER_LOW = {k: v[2] for k, v in _METRICS.items()}
 

@@ -18,6 +18,15 @@ that one busy stretch earns and a quieter stretch gives back is the gain that do
 later window: on the Philly-derived trace the untuned default beat QSSF on a whole tuning window by
 3.2 % and lost on the lighter validation window after it (docs/tuning.md).
 
+*No more jobs lost.* A point qualifies only when it also loses no more of the tuning window's jobs to
+out-of-memory failures than QSSF (``LOSSES``, whole window). Jobs that fail for good leave the queue
+early and shorten the JCT and wait of the policy that loses them: without this clause a point that
+sizes nothing by memory on a cluster of several GPU types (``sizing.use_predictions`` 0) could win
+the four guards by failing jobs (on the bundled mixed inventory QSSF lost 231 of 2,100 jobs that way,
+``ours`` 17; docs/limitations.md). The count is not in the margin: it is a constraint, not a gain
+to trade. When the chosen policy is QSSF itself and QSSF lost more jobs than a front point, the rule
+string says so.
+
 *QSSF itself when nothing beats it clearly.* A point is chosen only when its margin is at least
 ``min_margin`` (``predictor tune --min-margin``, 1 % by default). Otherwise (no point qualifies, or the
 best margin is smaller) the chosen policy is QSSF itself (``Choice.baseline``): the policy the user
@@ -37,10 +46,12 @@ from dataclasses import dataclass
 
 from predictor.tune.objectives import no_worse
 
-__all__ = ["GUARDS", "MIN_MARGIN", "Choice", "choose", "margin", "part_key", "parts_of"]
+__all__ = ["GUARDS", "LOSSES", "MIN_MARGIN", "Choice", "choose", "margin", "part_key", "parts_of"]
 
 #: The metrics the chosen point must not lose on against QSSF.
 GUARDS: tuple[str, ...] = ("avg_jct_s", "max_wait_s", "sla_misses", "jain_index")
+#: The count the chosen point must not exceed QSSF's on (whole window): jobs failed out of memory for good.
+LOSSES = "jobs_failed_oom"
 
 Metrics = Mapping[str, float | None]
 
@@ -172,16 +183,29 @@ def choose(front: Sequence[Metrics], qssf: Metrics, min_margin: float = MIN_MARG
             f"jain_index{', whole window and parts' if parts else ''}) among the Pareto-front points no worse "
             f"than qssf on all four {where} (whole window: {bound}), if that margin is at least "
             f"{min_margin:.1%}, else qssf itself; ties: lowest avg_jct_s")
+    if qssf.get(LOSSES) is not None:
+        rule += f"; a point also loses no more jobs to out-of-memory failures than qssf ({_fmt(qssf.get(LOSSES))})"
     qualified = [i for i, p in enumerate(front)
-                 if all(no_worse(m, pv.get(m), qv.get(m)) for pv, qv in _paired(p, qssf) for m in GUARDS)]
+                 if all(no_worse(m, pv.get(m), qv.get(m)) for pv, qv in _paired(p, qssf) for m in GUARDS)
+                 and no_worse(LOSSES, p.get(LOSSES), qssf.get(LOSSES))]
     if qualified:
         best = min(qualified, key=lambda i: (-margin(front[i], qssf), _jct(front[i]), i))
         won = margin(front[best], qssf)
         if won >= min_margin:
             return Choice(best, rule + f" (chosen margin {won:.1%})", True)
         return Choice(-1, rule + f"; the best margin of a front point was {won:.1%}, under {min_margin:.1%}, so the "
-                      "chosen policy is qssf itself", True, baseline=True)
+                      "chosen policy is qssf itself" + _losses_note(front, qssf), True, baseline=True)
     closest = min(_shortfall(p, qssf) for p in front)
     return Choice(-1, rule + f"; no front point qualified (the closest was {closest:.1%} worse than qssf on its "
-                  f"worst metric{', whole window and parts' if parts else ''}), so the chosen policy is qssf itself",
-                  False, baseline=True)
+                  f"worst metric{', whole window and parts' if parts else ''}), so the chosen policy is qssf itself"
+                  + _losses_note(front, qssf), False, baseline=True)
+
+
+def _losses_note(front: Sequence[Metrics], qssf: Metrics) -> str:
+    """When QSSF, chosen, lost more jobs out of memory than a front point: how many, against the fewest."""
+    q = _num(qssf.get(LOSSES))
+    counts = [v for v in (_num(p.get(LOSSES)) for p in front) if math.isfinite(v)]
+    if not (math.isfinite(q) and counts and min(counts) < q):
+        return ""
+    return (f" (note: qssf lost {q:,.0f} of the tuning window's jobs to out-of-memory failures, a front point "
+            f"{min(counts):,.0f}; its shorter JCTs partly come from those failures)")

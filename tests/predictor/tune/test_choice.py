@@ -127,3 +127,27 @@ def test_when_none_qualifies_the_shortfall_counts_the_parts_too():
     choice = choose([b, a], QSSF_PARTS)
     assert not choice.qualified and choice.baseline
     assert "the closest was 2.0% worse than qssf on its worst metric, whole window and parts" in choice.rule
+
+
+def test_a_point_that_loses_more_jobs_out_of_memory_than_qssf_never_qualifies():
+    """A point that sizes nothing by memory can win the four guards by failing jobs (they leave the queue
+    early): it does not qualify, and the margin does not reward a point for failing fewer."""
+    qssf = {**QSSF, "jobs_failed_oom": 20}
+    lossy = {**point(300, 5_000, 0, 0.99), "jobs_failed_oom": 21}  # wins every guard by 40 %+
+    safe = {**point(450, 9_000, 3, 0.91), "jobs_failed_oom": 2}  # 10 % margin
+    choice = choose([lossy, safe], qssf, min_margin=0.0)
+    assert choice.qualified and choice.index == 1, choice
+    assert "no more jobs to out-of-memory failures than qssf (20)" in choice.rule
+    assert margin(safe, qssf) == pytest.approx(margin(point(450, 9_000, 3, 0.91), QSSF))
+    assert choose([lossy], qssf).baseline and not choose([lossy], qssf).qualified
+
+
+def test_qssf_chosen_says_when_it_lost_more_jobs_out_of_memory_than_a_front_point():
+    qssf = {**QSSF, "jobs_failed_oom": 231}
+    slower = {**point(900, 9_000, 3, 0.91), "jobs_failed_oom": 17}
+    choice = choose([slower], qssf)
+    assert choice.baseline
+    assert "qssf lost 231 of the tuning window's jobs to out-of-memory failures, a front point 17" in choice.rule
+    even = choose([{**point(900, 9_000, 3, 0.91), "jobs_failed_oom": 231}], qssf)
+    assert "out-of-memory failures, a front point" not in even.rule
+    assert "lost" not in choose([point(900, 9_000, 3, 0.91)], QSSF).rule  # no counts: no clause, no note
