@@ -161,6 +161,19 @@ def _print(result) -> None:
     for name, m in result.validation.items():
         table.add_row(name, *("-" if m.get(c) is None else _cell(c, m[c]) for c in cols))
     console.print(table)
+    _warn_losses(result)
+
+
+def _warn_losses(result) -> None:
+    """When the chosen policy is QSSF itself and it lost more validation jobs out of memory than ``ours``."""
+    if not result.choice.baseline:
+        return
+    q, ours = (result.validation.get(n, {}).get("jobs_failed_oom") for n in ("qssf", "ours"))
+    if q is not None and ours is not None and q > ours:
+        _out.print(f"[bold yellow]warning:[/] qssf, the chosen policy, lost {q:,.0f} of the validation window's jobs to "
+                   f"out-of-memory failures against {ours:,.0f} for the base policy (ours): it sizes nothing by "
+                   "memory, and the jobs it loses shorten its JCTs. On a cluster of several GPU types, compare "
+                   "the two rows above before you deploy policy.yaml (docs/tuning.md, No more jobs lost).")
 
 
 #: Counts: printed whole (an SLA miss is not 3.000).
