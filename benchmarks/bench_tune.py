@@ -129,6 +129,7 @@ def section_study(jobs: pd.DataFrame, windows, inventory, trials: int, populatio
         "front_size": len(result.search.front), "trials_failed": sum(1 for t in result.search.trials if not t.ok),
         "chosen_trial": result.chosen.number, "chosen_qualified": result.choice.qualified,
         "chosen_is_qssf": result.choice.baseline,
+        "chosen_is_base": result.choice.base,
         "rule": result.choice.rule,
         # the whole window's four metrics, then each part's that the rule judged (part1.avg_jct_s, ...)
         "tuning_window": {n: {k: v for k, v in m.items() if k in keys or k.startswith("part")} for n, m in

@@ -145,6 +145,9 @@ def _print(result) -> None:
 
     console = Console()
     console.print(f"rule: {result.choice.rule}")
+    if result.choice.base:
+        _out.print("[bold yellow]note:[/] no front point beat qssf clearly, and qssf lost many more jobs to out-of-memory "
+                   "failures than the base policy on the tuning window: the chosen policy is the base policy")
     if result.choice.baseline:
         _out.print("[bold yellow]note:[/] no front point beat qssf on avg JCT, max wait, SLA misses and Jain's index "
                    "throughout the tuning window by the minimum margin: the chosen policy is qssf itself")

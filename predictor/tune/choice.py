@@ -24,8 +24,17 @@ early and shorten the JCT and wait of the policy that loses them: without this c
 sizes nothing by memory on a cluster of several GPU types (``sizing.use_predictions`` 0) could win
 the four guards by failing jobs (on the bundled mixed inventory QSSF lost 231 of 2,100 jobs that way,
 ``ours`` 17; docs/limitations.md). The count is not in the margin: it is a constraint, not a gain
-to trade. When the chosen policy is QSSF itself and QSSF lost more jobs than a front point, the rule
-string says so.
+to trade. When the chosen policy would be QSSF itself and QSSF lost more jobs than a front point, the
+rule string says so.
+
+*The base policy instead of a QSSF that loses jobs.* QSSF sizes nothing by memory. When the fallback
+below would choose it but it lost at least twice as many of the tuning window's jobs out of memory as
+the base policy (trial 0), and at least ``BASE_FALLBACK_MIN_JOBS`` more, the chosen policy is the base
+policy instead (``Choice.base``): recommending a policy that fails jobs the user's own policy runs is
+worse than any JCT it gains by failing them (on the bundled mixed inventory QSSF lost 120 of the
+window's jobs, the base 10, and on the validation window 90 against 7 while its maximum wait was
+2.1x; docs/limitations.md). The factor and the floor keep the few crashes by which two replays of the
+same cluster differ from switching the fallback; on one GPU type both lose the same jobs.
 
 *QSSF itself when nothing beats it clearly.* A point is chosen only when its margin is at least
 ``min_margin`` (``predictor tune --min-margin``, 1 % by default). Otherwise (no point qualifies, or the
@@ -46,12 +55,14 @@ from dataclasses import dataclass
 
 from predictor.tune.objectives import no_worse
 
-__all__ = ["GUARDS", "LOSSES", "MIN_MARGIN", "Choice", "choose", "margin", "part_key", "parts_of"]
+__all__ = ["GUARDS", "LOSSES", "BASE_FALLBACK_MIN_JOBS", "MIN_MARGIN", "Choice", "choose", "margin", "part_key", "parts_of"]
 
 #: The metrics the chosen point must not lose on against QSSF.
 GUARDS: tuple[str, ...] = ("avg_jct_s", "max_wait_s", "sla_misses", "jain_index")
 #: The count the chosen point must not exceed QSSF's on (whole window): jobs failed out of memory for good.
 LOSSES = "jobs_failed_oom"
+#: QSSF must lose at least this many more jobs than the base policy (and twice as many) for the base fallback.
+BASE_FALLBACK_MIN_JOBS = 5
 
 Metrics = Mapping[str, float | None]
 
@@ -78,13 +89,14 @@ def _paired(point: Metrics, qssf: Metrics) -> list[tuple[Metrics, Metrics]]:
 
 @dataclass(frozen=True)
 class Choice:
-    """The chosen front point: its index in the front (-1 for QSSF itself), the rule as printed, whether
-    a front point qualified, and whether the chosen policy is QSSF itself."""
+    """The chosen front point: its index in the front (-1 for QSSF itself or the base policy), the rule as
+    printed, whether a front point qualified, and whether the chosen policy is QSSF itself or the base policy."""
 
     index: int
     rule: str
     qualified: bool
     baseline: bool = False
+    base: bool = False  # the chosen policy is the base policy (trial 0): QSSF, the fallback, lost many more jobs
 
 
 def _num(v: float | None) -> float:
@@ -156,7 +168,8 @@ def _fmt(v: float | None) -> str:
 MIN_MARGIN = 0.01
 
 
-def choose(front: Sequence[Metrics], qssf: Metrics, min_margin: float = MIN_MARGIN) -> Choice:
+def choose(front: Sequence[Metrics], qssf: Metrics, min_margin: float = MIN_MARGIN,
+           base: Metrics | None = None) -> Choice:
     """Apply rule *chosen point* to the front's tuning-window metrics against QSSF's.
 
     Parameters
@@ -167,6 +180,9 @@ def choose(front: Sequence[Metrics], qssf: Metrics, min_margin: float = MIN_MARG
         QSSF's metrics on the tuning window.
     min_margin : float
         A point is chosen only with at least this margin; otherwise QSSF itself (``Choice.baseline``).
+    base : mapping, optional
+        The base policy's (trial 0's) metrics on the tuning window: chosen instead of QSSF when QSSF
+        lost many more jobs out of memory (``Choice.base``; see the module docstring).
 
     Raises
     ------
@@ -193,12 +209,23 @@ def choose(front: Sequence[Metrics], qssf: Metrics, min_margin: float = MIN_MARG
         won = margin(front[best], qssf)
         if won >= min_margin:
             return Choice(best, rule + f" (chosen margin {won:.1%})", True)
-        return Choice(-1, rule + f"; the best margin of a front point was {won:.1%}, under {min_margin:.1%}, so the "
-                      "chosen policy is qssf itself" + _losses_note(front, qssf), True, baseline=True)
+        return _fallback(rule + f"; the best margin of a front point was {won:.1%}, under {min_margin:.1%}, so the "
+                         "chosen policy is qssf itself", front, qssf, base, qualified=True)
     closest = min(_shortfall(p, qssf) for p in front)
-    return Choice(-1, rule + f"; no front point qualified (the closest was {closest:.1%} worse than qssf on its "
-                  f"worst metric{', whole window and parts' if parts else ''}), so the chosen policy is qssf itself"
-                  + _losses_note(front, qssf), False, baseline=True)
+    why = (f"the closest was {closest:.1%} worse than qssf on its worst metric{', whole window and parts' if parts else ''}"
+           if closest > 0 else "the points no worse than qssf on all four lost more jobs to out-of-memory failures")
+    return _fallback(rule + f"; no front point qualified ({why}), so the chosen policy is qssf itself",
+                     front, qssf, base, qualified=False)
+
+
+def _fallback(rule: str, front: Sequence[Metrics], qssf: Metrics, base: Metrics | None, qualified: bool) -> Choice:
+    """QSSF itself, or the base policy when QSSF lost many more jobs out of memory than it."""
+    q, b = _num(qssf.get(LOSSES)), _num((base or {}).get(LOSSES))
+    if math.isfinite(q) and math.isfinite(b) and q >= 2 * b and q - b >= BASE_FALLBACK_MIN_JOBS:
+        return Choice(-1, rule + f", but qssf lost {q:,.0f} of the tuning "
+                      f"window's jobs to out-of-memory failures against {b:,.0f} for the base policy (trial 0), so the "
+                      "chosen policy is the base policy", qualified, base=True)
+    return Choice(-1, rule + _losses_note(front, qssf), qualified, baseline=True)
 
 
 def _losses_note(front: Sequence[Metrics], qssf: Metrics) -> str:

@@ -89,6 +89,7 @@ def study_document(result: TuneResult, run: Mapping | None = None) -> dict:
                                        "integer": p.integer} for p in cfg.space]},
         "chosen_trial": result.chosen.number, "chosen_qualified": result.choice.qualified,
         "chosen_is_qssf": result.choice.baseline,
+        "chosen_is_base": result.choice.base,  # QSSF, the fallback, lost many more jobs out of memory
         "rule": result.choice.rule,
         "tuning_baselines": result.tuning_baselines,
         "trials": trials,
@@ -275,6 +276,10 @@ def render_html(result: TuneResult) -> str:
     warn = "" if not result.choice.baseline else (
         "<p class='warn'>No point of the front beat QSSF on average JCT, maximum wait, SLA misses and Jain's index "
         "throughout the tuning window by the minimum margin; the chosen policy is QSSF itself (see the rule).</p>")
+    if result.choice.base:
+        warn = ("<p class='warn'>No point of the front beat QSSF clearly, and QSSF (which sizes nothing by memory) lost "
+                "many more jobs to out-of-memory failures than the base policy: the chosen policy is the base policy "
+                "(see the rule, and the OOM column below).</p>")
     split = "".join(f"<li>{html.escape(line.strip())}</li>" for line in s.describe()[1:])
     t = result.seconds
     return f"""<!doctype html>

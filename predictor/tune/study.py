@@ -84,7 +84,9 @@ class TuneResult:
 
     @property
     def chosen_label(self) -> str:
-        """``trial N``, or ``qssf`` when the chosen policy is QSSF itself."""
+        """``trial N`` (``trial 0``: the base policy), or ``qssf`` when the chosen policy is QSSF itself."""
+        if self.choice.base:
+            return "the base policy (trial 0)"
         return "qssf" if self.choice.baseline else f"trial {self.chosen.number}"
 
 
@@ -151,8 +153,13 @@ def tune_policy(jobs: pd.DataFrame, inventory: Inventory, client: Client, settin
                 _outcome(f"{n} (tuning window)", exc)
     seconds["search_s"] = time.perf_counter() - started
 
-    choice = choose(front_points(result), tuning_baselines["qssf"], min_margin=cfg.min_margin)
-    if choice.baseline:  # QSSF itself: its tuning-window replay is the chosen point's
+    first = result.trials[0] if result.trials and result.trials[0].number == 0 else None  # the base policy
+    choice = choose(front_points(result), tuning_baselines["qssf"], min_margin=cfg.min_margin,
+                    base=first.metrics if first is not None and first.ok else None)
+    if choice.base:  # the base policy (trial 0): QSSF, the fallback, lost many more jobs out of memory
+        chosen = first
+        policy = policy_with(base, first.params, name="tuned")
+    elif choice.baseline:  # QSSF itself: its tuning-window replay is the chosen point's
         chosen = TrialRecord(BASELINE_TRIAL, {}, dict(tuning_baselines["qssf"]))
         policy = policy_with(presets["qssf"], {}, name="tuned")
     else:

@@ -151,3 +151,34 @@ def test_qssf_chosen_says_when_it_lost_more_jobs_out_of_memory_than_a_front_poin
     even = choose([{**point(900, 9_000, 3, 0.91), "jobs_failed_oom": 231}], qssf)
     assert "out-of-memory failures, a front point" not in even.rule
     assert "lost" not in choose([point(900, 9_000, 3, 0.91)], QSSF).rule  # no counts: no clause, no note
+
+
+def test_the_base_policy_is_chosen_instead_of_a_qssf_that_loses_many_more_jobs_out_of_memory():
+    qssf = {**QSSF, "jobs_failed_oom": 120}
+    slower = {**point(900, 9_000, 3, 0.91), "jobs_failed_oom": 10}  # loses to QSSF on JCT
+    choice = choose([slower], qssf, base=slower)
+    assert choice.base and not choice.baseline and choice.index == -1
+    assert ("but qssf lost 120 of the tuning window's jobs to out-of-memory failures against 10 for the base "
+            "policy (trial 0), so the chosen policy is the base policy") in choice.rule
+
+
+@pytest.mark.parametrize("qssf_lost, base_lost", [
+    pytest.param(36, 36, id="one-gpu-type-both-lose-the-same"),
+    pytest.param(19, 10, id="under-twice-as-many"),
+    pytest.param(8, 4, id="twice-but-fewer-than-5-more"),
+    pytest.param(None, 3, id="no-count"),
+])
+def test_qssf_stays_the_fallback_unless_it_loses_many_more_jobs(qssf_lost, base_lost):
+    qssf = {**QSSF, "jobs_failed_oom": qssf_lost}
+    base = {**point(900, 9_000, 3, 0.91), "jobs_failed_oom": base_lost}
+    choice = choose([base], qssf, base=base)
+    assert choice.baseline and not choice.base
+    assert choose([base], qssf).baseline  # no base metrics: QSSF as before
+
+
+def test_a_front_disqualified_only_by_its_losses_says_so():
+    qssf = {**QSSF, "jobs_failed_oom": 20}
+    lossy = {**point(300, 5_000, 0, 0.99), "jobs_failed_oom": 30}
+    choice = choose([lossy], qssf)
+    assert "the points no worse than qssf on all four lost more jobs to out-of-memory failures" in choice.rule
+    assert "0.0% worse" not in choice.rule
