@@ -69,6 +69,8 @@ def test_a_gang_bigger_than_any_type_can_never_run_and_says_so() -> None:
     assert doc["chain"]["could_run_on"]["can_ever_run"] is False
     assert doc["chain"]["start_estimate"]["p50_ts"] is None
     assert doc["summary"][0].startswith("It can never run here")
+    # free GPUs, holders and rank do not bear on a job no type can hold: the summary does not count them
+    assert not any("GPU(s) of its types are free" in line or line.startswith("Rank ") for line in doc["summary"])
 
 
 def test_fair_share_limit_names_the_team_its_usage_and_share() -> None:
