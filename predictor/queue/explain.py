@@ -287,12 +287,9 @@ def _summary(chain: dict[str, Any]) -> list[str]:
         out.append("It can never run here: no GPU type it may use has enough GPUs for its gang (sizing).")
     if chain["asks"]["warnings"]:
         out.append("Its request: " + "; ".join(chain["asks"]["warnings"]) + " (sizing).")
-    never = not chain["could_run_on"]["can_ever_run"]
     if d["action"] in ("start", "preempt"):
         out.append(f"It is starting now ({d['action']}).")
-    elif never:  # no type it may use: free GPUs, holders and rank do not bear on it
-        pass
-    else:
+    elif chain["could_run_on"]["can_ever_run"]:  # else free GPUs, holders and rank do not bear on it
         out.append(f"{held['free_gpus_now']} GPU(s) of its types are free, it needs {held['gpus_needed']}; "
                    f"{held['running_jobs_on_these_types']} running job(s) hold them (capacity book).")
         if held["next_to_free"]:

@@ -248,7 +248,7 @@ def policy_metrics(record: ReplayRecord, config: MetricsConfig | None = None) ->
         "jobs_finished": int(worked.sum()),
         "jobs_timed_out": int((record.status == JobStatus.TIMEOUT).sum()),
         "jobs_rejected": int((record.status == JobStatus.REJECTED).sum()),
-        "jobs_failed_oom": int((record.status == JobStatus.FAILED).sum()),
+        "jobs_failed_oom": metrics["jobs_failed_oom"],
         "jobs_unfinished": int(unfinished.sum()),
         "oom_failures": int(record.oom_failures.sum()),
         "utilization_while_jobs_arrive": util_arrivals,
