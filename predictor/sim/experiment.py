@@ -51,6 +51,8 @@ POLICIES: dict[str, PolicySpec] = {
         PolicySpec("fifo", "fifo", "none", "first come, first served, strict: the head blocks the queue (no backfill)"),
         PolicySpec("sjf-oracle", "sjf-oracle", "oracle", "shortest job first on the TRUE durations (the limit)"),
         PolicySpec("qssf", "qssf", "trained", "Helios QSSF: smallest predicted GPU-time first"),
+        PolicySpec("qssf-sized", "qssf-sized", "trained",
+                   "QSSF with the GPU flavor sized from predicted memory, as ours sizes it"),
         PolicySpec("las", "las", "none", "Tiresias discretised 2D-LAS on attained service, with preemption"),
         PolicySpec("kueue", "kueue", "none", "Kueue-like status quo: priority classes, quotas, cohort borrowing"),
         PolicySpec("ours", "ours", "trained", "the full rules layer with trained predictions"),

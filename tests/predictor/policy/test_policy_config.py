@@ -12,10 +12,20 @@ def test_shipped_default_file_equals_the_model_defaults():
 
 
 def test_presets_exist_and_set_their_ordering():
-    assert set(preset_names()) == {"fifo", "sjf-oracle", "qssf", "las", "kueue", "ours"}
+    assert set(preset_names()) == {"fifo", "sjf-oracle", "qssf", "qssf-sized", "las", "kueue", "ours"}
     orderings = {name: load_policy(preset=name).ordering for name in preset_names()}
-    assert orderings == {"fifo": "fifo", "sjf-oracle": "sjf", "qssf": "qssf", "las": "las", "kueue": "kueue",
-                         "ours": "multifactor"}
+    assert orderings == {"fifo": "fifo", "sjf-oracle": "sjf", "qssf": "qssf", "qssf-sized": "qssf", "las": "las",
+                         "kueue": "kueue", "ours": "multifactor"}
+
+
+def test_qssf_sized_is_qssf_with_the_sites_sizing(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("sizing: {margin_fraction: 0.3}\n")
+    plain, sized = load_policy(site, preset="qssf"), load_policy(site, preset="qssf-sized")
+    assert not plain.sizing.use_predictions and sized.sizing.use_predictions
+    assert sized.sizing.margin_fraction == 0.3  # the base policy's sizing, as ``ours`` would size
+    same = {"ordering", "queueing", "reservation", "placement", "preemption", "time_limit", "aging"}
+    assert {k: getattr(sized, k) for k in same} == {k: getattr(plain, k) for k in same}
 
 
 def test_preset_overlays_behaviour_but_keeps_the_sites_teams(tmp_path):

@@ -137,6 +137,15 @@ def test_sizing_moves_a_job_off_a_too_small_gpu():
     assert any("OOM risk; moved to A100-80GB" in w for w in d.warnings)
 
 
+@pytest.mark.parametrize(("preset", "flavor"), [("qssf", "A10"), ("qssf-sized", "A100-80GB")])
+def test_qssf_sized_moves_the_job_qssf_leaves_on_a_too_small_gpu(preset, flavor):
+    """The baseline with our sizing: the same QSSF order, the flavor from predicted memory."""
+    inv = Inventory(nodes=(Node("small", "A10", 8), Node("big", "A100-80GB", 8)))
+    plan, _ = plan_of(make_job("j").types("A10").memory(60_000).predict(600), inv=inv, policy=load_policy(preset=preset))
+    d = plan.decisions[0]
+    assert d.action == "start" and d.flavor == flavor
+
+
 def test_gpu_shares_pack_onto_one_gpu():
     jobs = [make_job(f"s{i}").share(300).predict(600).submitted(i) for i in range(3)]
     plan, _ = plan_of(*jobs)

@@ -46,5 +46,6 @@ def test_fraction_outside_zero_one_is_an_input_error(fraction):
 
 
 def test_every_issue_policy_is_defined_and_oracles_are_labelled():
-    assert set(POLICIES) == {"fifo", "sjf-oracle", "qssf", "las", "kueue", "ours", "ours-oracle"}
+    assert set(POLICIES) == {"fifo", "sjf-oracle", "qssf", "qssf-sized", "las", "kueue", "ours",
+                             "ours-oracle"}
     assert {n for n, s in POLICIES.items() if s.predictions == "oracle"} == {"sjf-oracle", "ours-oracle"}
