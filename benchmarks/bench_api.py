@@ -148,21 +148,30 @@ def start_server(workdir: Path, tracking: str, workers: int, port: int,
     return subprocess.Popen(cmd, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
 
 
-def wait_ready(base: str, proc: subprocess.Popen, want_model: str | None, timeout_s: float = 300) -> dict:
+def wait_ready(base: str, proc: subprocess.Popen, want_model: str | None, timeout_s: float = 900,
+               workers: int = 1) -> dict:
+    """Wait until the service answers with ``want_model`` and its boosters are compiled: the version
+    answers with LightGBM at once and compiles them after (``compiling`` in ``/readyz``); the phases
+    measure the compiled model. Each worker compiles (or loads from the cache) on its own, so the
+    answer must hold on ``2 * workers + 4`` fresh connections in a row (they land on the workers at
+    random)."""
     import httpx
 
     deadline = time.monotonic() + timeout_s
+    in_a_row, ready = 0, None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"uvicorn exited with {proc.returncode}")
         try:
             ready = httpx.get(f"{base}/readyz", timeout=5).json()
-            if ready["status"] in ("ready", "degraded") and (want_model is None or ready["model"]["version"] == want_model):
+            ok = ready["status"] in ("ready", "degraded") and (want_model is None or ready["model"]["version"] == want_model)
+            in_a_row = in_a_row + 1 if ok and not ready["model"].get("compiling") else 0
+            if in_a_row >= 2 * workers + 4:
                 return ready
         except (httpx.HTTPError, ValueError, KeyError):
-            pass
-        time.sleep(0.3)
-    raise SystemExit(f"server not ready in {timeout_s}s")
+            in_a_row = 0
+        time.sleep(0.3 if in_a_row == 0 else 0.02)
+    raise SystemExit(f"server not ready with its boosters compiled in {timeout_s:.0f}s (last /readyz: {ready})")
 
 
 def fill_queue(base: str, specs: list[dict], tracked: int) -> dict:
@@ -509,8 +518,8 @@ def main(argv: list[str] | None = None) -> dict:
         proc = start_server(workdir, tracking, args.workers, port, settings=dict(
             [("PREDICTOR_QUEUE_WAIT_MS", str(args.queue_wait_ms))] if args.queue_wait_ms is not None else []))
         try:
-            with console.status("starting uvicorn"):
-                ready = wait_ready(base, proc, model)
+            with console.status("starting uvicorn (and compiling the model's boosters)"):
+                ready = wait_ready(base, proc, model, workers=args.workers)
             tracked = fill_queue(base, specs[1000:], args.tracked)
             singles = [request_bytes(s, port) for s in specs[:1000]]
             batch_bodies = [{"jobs": [{**s, "job_id": f"b{k}-{j}"} for j, s in

@@ -5,11 +5,14 @@ topology); LightGBM's ``Booster.predict`` spends most of a small batch in per-ca
 compiles a booster's trees (its model text) to native code through LLVM: the same predictions
 (a test checks every booster to 1e-6) in a quarter of the time on one row and on a hundred.
 
-Compiling takes seconds per booster, so it happens once per model version, where the model is
-loaded (``compile_boosters``, called by the engine's model loader in its background thread), never
-per request. The object code is cached in a directory keyed by the sha256 of the booster's model
-text, the compile options and the host CPU, so a restart, a second worker or a re-load of the same
-version loads it in milliseconds. ``models.lgbm.predict_booster`` asks :func:`compiled_for` for the
+Compiling takes seconds per booster (minutes for a whole bundle on a slow host), so it happens once
+per model version, after the model is loaded and already answering with LightGBM
+(``compile_boosters``, called by the engine's model slot in its background thread as the version's
+warm-up), never per request; each booster switches to its compiled form as soon as that is ready.
+The object code is cached in a directory keyed by the sha256 of the booster's model text, the
+compile options and the host CPU, so a restart or a re-load of the same version loads it in
+milliseconds; workers starting together take a lock per booster in that directory, so one compiles
+it and the others wait for its file instead of compiling it again. ``models.lgbm.predict_booster`` asks :func:`compiled_for` for the
 compiled form of the booster it is given and uses LightGBM when there is none: lleaves not
 installed, compilation disabled (``PREDICTOR_COMPILE_BOOSTERS=false``) or failed (logged, once).
 
@@ -23,6 +26,7 @@ variable                        meaning                                         
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
@@ -30,6 +34,7 @@ import os
 import tempfile
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +145,7 @@ def compile_booster(booster: Any, *, cache: Path | None = None) -> CompiledBoost
     folder = cache if cache is not None else cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{key}.o"
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".compile-") as tmp:
+    with _cache_lock(folder / f".{key}.lock"), tempfile.TemporaryDirectory(dir=folder, prefix=".compile-") as tmp:
         model_file = Path(tmp) / "model.txt"
         model_file.write_text(text, encoding="utf-8")
         model = lleaves.Model(model_file=str(model_file))
@@ -152,6 +157,25 @@ def compile_booster(booster: Any, *, cache: Path | None = None) -> CompiledBoost
             if partial.exists():
                 os.replace(partial, target)
     return CompiledBooster(model, int(booster.num_feature()), key)
+
+
+@contextlib.contextmanager
+def _cache_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) while compiling the booster it names: a
+    second process (another worker starting with the same model) waits, then finds the object file.
+    Where ``fcntl`` is missing (Windows) nothing is locked: each process compiles, and the atomic
+    rename keeps the cache whole either way."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def boosters_in(obj: Any, *, depth: int = 4) -> list[Any]:
@@ -181,11 +205,14 @@ def boosters_in(obj: Any, *, depth: int = 4) -> list[Any]:
     return found
 
 
-def compile_boosters(obj: Any, *, cache: Path | None = None) -> dict[str, int]:
-    """Compile every booster ``obj`` (a model bundle) holds, once; later ``predict_booster`` calls use it.
+def compile_boosters(obj: Any, *, cache: Path | None = None,
+                     progress: Callable[[dict[str, int]], None] | None = None) -> dict[str, int]:
+    """Compile every booster ``obj`` (a model bundle) holds, once; later ``predict_booster`` calls use it
+    (each booster from the moment its own compilation ends).
 
     Returns counts: ``compiled`` (now or earlier), ``failed``, ``skipped`` (compilation disabled or no
-    compiler: LightGBM predicts). Never raises for a booster that does not compile: it stays on LightGBM.
+    compiler: LightGBM predicts). ``progress`` is called with the counts so far before the first
+    booster and after each one. Never raises for a booster that does not compile: it stays on LightGBM.
     """
     boosters = boosters_in(obj)
     counts = {"boosters": len(boosters), "compiled": 0, "failed": 0, "skipped": 0}
@@ -194,21 +221,28 @@ def compile_boosters(obj: Any, *, cache: Path | None = None) -> dict[str, int]:
     if not compilation_enabled() or not compiler_available():
         counts["skipped"] = len(boosters)
         return counts
+    if progress is not None:
+        progress(dict(counts))
     for booster in boosters:
-        with _lock:
-            if booster in _compiled:
-                counts["compiled"] += 1
-                continue
-        try:
-            done = compile_booster(booster, cache=cache)
-        except Exception:
-            log.warning("compiling a booster failed; LightGBM predicts with it", exc_info=True)
-            counts["failed"] += 1
-            continue
-        with _lock:
-            _compiled[booster] = done
-        counts["compiled"] += 1
+        counts[_compile_one(booster, cache)] += 1
+        if progress is not None:
+            progress(dict(counts))
     return counts
+
+
+def _compile_one(booster: Any, cache: Path | None) -> str:
+    """Compile one booster unless it is already: ``compiled`` or ``failed`` (logged; LightGBM stays)."""
+    with _lock:
+        if booster in _compiled:
+            return "compiled"
+    try:
+        done = compile_booster(booster, cache=cache)
+    except Exception:
+        log.warning("compiling a booster failed; LightGBM predicts with it", exc_info=True)
+        return "failed"
+    with _lock:
+        _compiled[booster] = done
+    return "compiled"
 
 
 def compiled_for(booster: Any) -> CompiledBooster | None:

@@ -51,9 +51,13 @@ class Service:
     def model_status(self) -> ModelStatusPublic:
         slot = self.engine.model
         m = slot.current
+        warm = slot.warmup if slot.warmup is not None and slot.warmup.version == m.version else None
         return ModelStatusPublic(uri=slot.uri, version=m.version, fallback=m.fallback,
                                  fallback_reason=m.fallback_reason, loaded_at=None if m.fallback else m.loaded_at,
-                                 last_checked_at=slot.last_checked_at, last_error=slot.last_error)
+                                 last_checked_at=slot.last_checked_at, last_error=slot.last_error,
+                                 compiling=warm is not None and not warm.done,
+                                 boosters=None if warm is None else warm.counts.get("boosters"),
+                                 boosters_compiled=None if warm is None else warm.counts.get("compiled"))
 
     def model_headers(self) -> list[tuple[bytes, bytes]]:
         m = self.engine.model.current

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-__all__ = ["FramePredictor", "LoadedModel", "ModelSlot"]
+__all__ = ["FramePredictor", "LoadedModel", "ModelSlot", "Warmup"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,20 @@ class LoadedModel:
     loaded_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class Warmup:
+    """How far the warm-up of ``version`` is: ``counts`` as the warm-up last reported them (the
+    engine's: boosters, compiled, failed, skipped), ``done`` once it returned."""
+
+    version: str
+    done: bool
+    counts: dict[str, int]
+
+
+#: A warm-up: (version, its predictor, report) -> None; ``report(counts)`` says how far it is.
+WarmFn = Callable[[str, "FramePredictor", Callable[[dict[str, int]], None]], None]
+
+
 class ModelSlot:
     """Holds the model in use and keeps it in step with the registry alias.
 
@@ -58,12 +72,15 @@ class ModelSlot:
         Seconds between two registry checks of the background thread.
     on_change : callable (LoadedModel) -> None, optional
         Called after every swap (metrics, history re-seeding).
+    warm : callable (version, predictor, report) -> None, optional
+        Run after a version is swapped in, in the same thread (compiling its boosters); may take
+        minutes, never raises into the slot (logged).
     """
 
     def __init__(self, *, uri: str, resolve: Callable[[], str | None], load: Callable[[str], FramePredictor],
                  fallback: FramePredictor, poll_s: float = 30.0,
                  on_change: Callable[[LoadedModel], None] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, warm: WarmFn | None = None) -> None:
         self.uri = uri
         self._resolve = resolve
         self._load = load
@@ -71,6 +88,8 @@ class ModelSlot:
         self.poll_s = poll_s
         self._listeners: list[Callable[[LoadedModel], None]] = [on_change] if on_change else []
         self._clock = clock
+        self._warm = warm
+        self.warmup: Warmup | None = None
         self._current = LoadedModel(fallback, "fallback", True, "model not loaded yet", clock())
         self._check_lock = threading.Lock()
         self._stop = threading.Event()
@@ -104,16 +123,19 @@ class ModelSlot:
         """Call ``listener`` after every swap (metrics, caches)."""
         self._listeners.append(listener)
 
-    def check_once(self) -> bool:
-        """Ask the registry where the alias points; load and swap if it moved. Returns True on a swap."""
+    def check_once(self, *, warm_in_background: bool = False) -> bool:
+        """Ask the registry where the alias points; load and swap if it moved. Returns True on a swap.
+
+        A new version's warm-up runs after the swap, before this returns; with ``warm_in_background``
+        in a thread of its own instead (an admin's request that should not wait for it)."""
         with self._check_lock:
             try:
-                return self._check()
+                return self._check(warm_in_background)
             finally:
                 self.last_checked_at = self._clock()
                 self.first_check_done.set()
 
-    def _check(self) -> bool:
+    def _check(self, warm_in_background: bool = False) -> bool:
         try:
             version = self._resolve()
         except Exception as exc:  # registry unreachable: keep what we have
@@ -138,7 +160,31 @@ class ModelSlot:
         self._swap(LoadedModel(predictor, version, False, None, self._clock()))
         self.last_error = None
         log.info("model %s loaded from %s", version, self.uri)
+        if self._warm is not None:
+            self.last_checked_at = self._clock()
+            self.first_check_done.set()  # the version answers now: ready, not still loading
+            if warm_in_background:
+                self.warmup = Warmup(version, False, {})
+                threading.Thread(target=self._run_warmup, args=(version, predictor), name="model-warmup",
+                                 daemon=True).start()
+            else:
+                self._run_warmup(version, predictor)
         return True
+
+    def _run_warmup(self, version: str, predictor: FramePredictor) -> None:
+        last: dict[str, int] = {}
+
+        def report(counts: dict[str, int]) -> None:
+            last.clear()
+            last.update(counts)
+            self.warmup = Warmup(version, False, dict(counts))
+
+        self.warmup = Warmup(version, False, {})
+        try:
+            self._warm(version, predictor, report)
+        except Exception:  # the version answers without it
+            log.exception("warm-up of model %s failed", version)
+        self.warmup = Warmup(version, True, dict(last))
 
     def _fallback_reason(self, reason: str) -> None:
         if self._current.fallback and self._current.fallback_reason != reason:

@@ -137,18 +137,19 @@ def registry_model_slot(settings: EngineSettings) -> ModelSlot:
         return None if found is None else f"{name}/{found}"
 
     def load(model_version: str) -> FramePredictor:
+        return registry.load_predictor(f"models:/{model_version}", tracking_uri=tracking)
+
+    def warm(model_version: str, predictor: FramePredictor, report) -> None:  # noqa: ANN001 - slot's WarmFn
         from models.compiled import compile_boosters
 
-        predictor = registry.load_predictor(f"models:/{model_version}", tracking_uri=tracking)
-        # once per version, here in the reload thread (the previous model answers meanwhile): the
-        # boosters as native code, LightGBM where that is off or fails (models.compiled)
-        counts = compile_boosters(predictor)
+        # once per version, in the reload thread after the swap (the version answers with LightGBM
+        # meanwhile): the boosters as native code, LightGBM where that is off or fails (models.compiled)
+        counts = compile_boosters(predictor, progress=report)
         if counts["boosters"]:
             log.info("model %s: %d of %d boosters compiled (%d failed, %d left to LightGBM)", model_version,
                      counts["compiled"], counts["boosters"], counts["failed"], counts["skipped"])
-        return predictor
 
-    return ModelSlot(uri=settings.model_uri, resolve=resolve, load=load,
+    return ModelSlot(uri=settings.model_uri, resolve=resolve, load=load, warm=warm,
                      fallback=fallback_models.FallbackPredictor(), poll_s=settings.model_poll_s)
 
 

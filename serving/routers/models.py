@@ -24,8 +24,9 @@ def get_models(service: ServiceDep, principal: PrincipalDep) -> ModelStatusPubli
 @router.post("/models/reload", response_model=ModelStatusPublic, summary="Check the registry alias now (admin)",
              responses={403: {"description": "not an admin"}})
 async def reload_model(service: ServiceDep, admin: AdminOnly) -> ModelStatusPublic:
-    """Load the version the alias points at if it moved (this worker; others follow at their next poll)."""
-    swapped = await run_in_threadpool(service.engine.model.check_once)
+    """Load the version the alias points at if it moved (this worker; others follow at their next poll).
+    Answers once the version is swapped in; its boosters are compiled after that (``compiling``)."""
+    swapped = await run_in_threadpool(service.engine.model.check_once, warm_in_background=True)
     status = service.model_status()
     with service.db.writing() as s:
         record_audit(s, admin.as_actor(), "model.reload", service.engine.model.uri,
@@ -41,7 +42,7 @@ async def promote(body: PromotionRequest, service: ServiceDep, admin: AdminOnly)
     report = await run_in_threadpool(promote_model, service.settings, source=body.source, target=body.target,
                                      force=body.force, reason=body.reason)
     if report.get("promoted"):
-        await run_in_threadpool(service.engine.model.check_once)
+        await run_in_threadpool(service.engine.model.check_once, warm_in_background=True)
     status = service.model_status()
     details = {k: v for k, v in report.items() if k not in ("promoted", "unchanged", "version", "previous", "reason")}
     with service.db.writing() as s:

@@ -114,3 +114,7 @@ class ModelStatusPublic(BaseModel):
     loaded_at: float | None
     last_checked_at: float | None
     last_error: str | None
+    compiling: bool = Field(default=False, description="the version answers with LightGBM while its "
+                            "boosters are compiled to native code; each switches as it is ready")
+    boosters: int | None = Field(default=None, description="boosters of the version being or last compiled")
+    boosters_compiled: int | None = Field(default=None, description="of them compiled so far (docs/serving.md)")

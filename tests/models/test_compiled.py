@@ -100,3 +100,38 @@ def test_a_failed_compilation_falls_back_to_lightgbm(fresh: JobPredictorBundle, 
     assert compiled.compiled_for(booster) is None
     X = _rows(booster, 20, seed=6)
     np.testing.assert_array_equal(predict_booster(booster, X), booster.predict(X, num_threads=1))
+
+
+def test_a_second_process_waits_for_the_first_ones_object_file(fresh: JobPredictorBundle, tmp_path: Path) -> None:
+    """Workers starting together: the one holding a booster's lock compiles it, the other waits and
+    loads the file instead of compiling again (flock conflicts between open files, as between processes)."""
+    import fcntl
+    import shutil
+    import threading
+
+    booster = compiled.boosters_in(fresh)[-1]
+    key = compiled.compile_booster(booster, cache=tmp_path).key
+    kept = tmp_path / "kept.o"
+    shutil.move(tmp_path / f"{key}.o", kept)
+    done: list[compiled.CompiledBooster] = []
+    with open(tmp_path / f".{key}.lock", "a+b") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # another worker is compiling it
+        waiter = threading.Thread(target=lambda: done.append(compiled.compile_booster(booster, cache=tmp_path)))
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and not done  # waits for the lock, compiles nothing meanwhile
+        shutil.copy2(kept, tmp_path / f"{key}.o")  # the other worker's file lands
+        made = (tmp_path / f"{key}.o").stat().st_mtime_ns
+        fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+    waiter.join(60)
+    assert done and done[0].key == key
+    assert (tmp_path / f"{key}.o").stat().st_mtime_ns == made  # loaded, not compiled again
+    X = _rows(booster, 30, seed=9)
+    np.testing.assert_allclose(done[0].predict(X), booster.predict(X, num_threads=1), rtol=0, atol=1e-6)
+
+
+def test_progress_is_reported_per_booster(fresh: JobPredictorBundle, tmp_path: Path) -> None:
+    seen: list[dict] = []
+    counts = compiled.compile_boosters(fresh, cache=tmp_path, progress=seen.append)
+    n = counts["boosters"]
+    assert [s["compiled"] for s in seen] == list(range(n + 1)) and seen[-1] == counts

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from models import compiled
 from tests.serving.conftest import auth
 from tests.serving.live import live_server, server_env
 
@@ -56,6 +57,16 @@ def _wait_for_version(api: httpx.Client, version: str, timeout_s: float = 120) -
     raise AssertionError(f"model {version} not loaded; last status {status}")
 
 
+def _wait_compiled(api: httpx.Client, timeout_s: float = 300) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = api.get("/v1/models").json()
+        if status["boosters"] is not None and not status["compiling"]:
+            return status
+        time.sleep(0.2)
+    raise AssertionError(f"boosters not compiled; last status {status}")
+
+
 def test_the_champion_alias_is_followed_without_failing_a_request(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # MLflow artifacts go to ./mlartifacts
@@ -69,7 +80,10 @@ def test_the_champion_alias_is_followed_without_failing_a_request(tmp_path: Path
         status = _wait_for_version(api, f"job-predictor/{first}")
         assert not status["fallback"] and status["loaded_at"] is not None
         ready = api.get("/readyz").json()
-        assert ready["status"] == "ready" and ready["problems"] == []
+        assert ready["status"] == "ready" and ready["problems"] == []  # ready while its boosters compile
+        if compiled.compilation_enabled() and compiled.compiler_available():
+            status = _wait_compiled(api)
+            assert status["boosters"] > 0 and status["boosters_compiled"] == status["boosters"]
 
         answers: list[tuple[int, str, str, bool]] = []
         headers: list[bool] = []

@@ -108,3 +108,55 @@ def test_requests_during_hot_reload_never_fail_and_see_whole_models() -> None:
     assert slot.current.version == "job-predictor/5"
     assert seen_swaps[-5:] == [f"job-predictor/{v}" for v in range(1, 6)]
     assert len(versions) >= 2
+
+
+class BlockingWarmup:
+    """A warm-up that reports one step, then waits until released (or raises, when told to)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.started, self.release, self.fail = threading.Event(), threading.Event(), fail
+        self.seen: list[str] = []
+
+    def __call__(self, version, predictor, report) -> None:  # noqa: ANN001 - the slot's WarmFn
+        self.seen.append(version)
+        report({"boosters": 2, "compiled": 0})
+        self.started.set()
+        assert self.release.wait(10)
+        if self.fail:
+            raise RuntimeError("compiler crashed")
+        report({"boosters": 2, "compiled": 2})
+
+
+def test_a_new_version_answers_before_its_warmup_ends() -> None:
+    reg, warm = Registry(), BlockingWarmup()
+    reg.alias = "job-predictor/1"
+    slot = ModelSlot(uri="models:/job-predictor@champion", resolve=reg.resolve, load=reg.load,
+                     fallback=FallbackPredictor(), poll_s=0.01, warm=warm)
+    checker = threading.Thread(target=slot.check_once)
+    checker.start()
+    assert warm.started.wait(10)
+    # swapped in, ready, and saying how far the warm-up is, while the warm-up still runs
+    assert slot.current.version == "job-predictor/1" and not slot.current.fallback
+    assert slot.first_check_done.is_set()
+    assert slot.warmup.version == "job-predictor/1" and not slot.warmup.done
+    assert slot.warmup.counts == {"boosters": 2, "compiled": 0}
+    warm.release.set()
+    checker.join(10)
+    assert slot.warmup.done and slot.warmup.counts == {"boosters": 2, "compiled": 2}
+    assert warm.seen == ["job-predictor/1"]
+    assert not slot.check_once() and warm.seen == ["job-predictor/1"]  # same version: not warmed again
+
+
+def test_warmup_in_background_returns_at_the_swap_and_a_failed_one_keeps_the_version() -> None:
+    reg, warm = Registry(), BlockingWarmup(fail=True)
+    reg.alias = "job-predictor/3"
+    slot = ModelSlot(uri="models:/job-predictor@champion", resolve=reg.resolve, load=reg.load,
+                     fallback=FallbackPredictor(), poll_s=0.01, warm=warm)
+    assert slot.check_once(warm_in_background=True)  # returns while the warm-up waits
+    assert warm.started.wait(10) and not slot.warmup.done
+    warm.release.set()
+    deadline = time.time() + 10
+    while not slot.warmup.done and time.time() < deadline:
+        time.sleep(0.01)
+    assert slot.warmup.done and slot.warmup.counts == {"boosters": 2, "compiled": 0}  # what it got to
+    assert slot.current.version == "job-predictor/3" and not slot.current.fallback
