@@ -21,8 +21,9 @@ instead every client gets a ``"full": true`` message with all current estimates 
 after the hello (and the replay). Members see only their team's jobs.
 
 Every worker runs one hub. Its follower reads the event log by ``seq`` (woken at once by this worker's
-own writes, by PostgreSQL ``NOTIFY`` from other workers, or else every ``poll_s`` seconds), so an event
-written by any worker reaches every client of every worker, in ``seq`` order.
+own writes, by PostgreSQL ``NOTIFY`` from other workers, or else every ``poll_s`` seconds where
+SQLite's data version says another connection committed), so an event written by any worker
+reaches every client of every worker, in ``seq`` order.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 #: Close code for a client that fell too far behind (4000-4999 are for applications).
 CLOSE_TOO_SLOW = 4429
 _FETCH_PAGE = 1000
+#: Seconds between the follower's timed reads while PostgreSQL's listener wakes it (a safety net).
+LISTENING_POLL_S = 5.0
 #: The kind of the (unnumbered) start-estimate messages.
 ESTIMATE_KIND = "start_estimates"
 _ESTIMATE_TRIGGERS = ("job.", "decision", "reservation.", "policy.")
@@ -194,6 +197,8 @@ class StreamHub:
         self._tasks: list[asyncio.Task] = []
         self.feed = feed
         self._estimates_wanted: asyncio.Event | None = None
+        self._probe: Callable[[], int] | None = None
+        self._listening = False  # PostgreSQL's LISTEN connection is up (it wakes the follower)
 
     @property
     def last_seq(self) -> int:
@@ -222,6 +227,9 @@ class StreamHub:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        if self._probe is not None:
+            self._probe.close()  # type: ignore[attr-defined]
+            self._probe = None
 
     def notify(self) -> None:
         """Wake the follower now (thread-safe); called after this worker commits events."""
@@ -310,15 +318,42 @@ class StreamHub:
             await asyncio.sleep(self.feed.min_interval_s)
 
     async def _follow(self) -> None:
+        """Read the event log whenever it may have grown: at once when woken (this worker's own
+        commit, a PostgreSQL ``NOTIFY``), else every ``poll_s`` seconds, where the store's change
+        probe (SQLite's data version, ``Database.change_probe``) says someone committed since the last
+        read; with no probe, every ``poll_s`` seconds. While PostgreSQL's listener is connected it
+        wakes the follower for every commit, so the timed read is only a safety net, every
+        ``LISTENING_POLL_S``. An idle worker then costs almost nothing (a read of the log through a
+        thread and a session every quarter second was ~1 % of a core per worker)."""
         assert self._wake is not None
+        probe = self._probe = self.db.change_probe()
+        seen: int | None = None
+        last_read = 0.0
+        loop = asyncio.get_running_loop()
         while True:
+            woken = False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.poll_s)
+                woken = True
             self._wake.clear()
+            if probe is not None:
+                try:
+                    version = probe()
+                except Exception:  # the file moved or broke: read the log every time from now on
+                    log.warning("stream follower: the store's change probe failed; polling", exc_info=True)
+                    probe = self._probe = None
+                else:
+                    if version == seen and not woken:
+                        continue  # nobody committed since the last read
+                    seen = version  # read before the log: a commit after this changes it again
+            elif not woken and self._listening and loop.time() - last_read < LISTENING_POLL_S:
+                continue
+            last_read = loop.time()
             try:
                 await self.poll_once()
             except Exception:  # the database may be briefly unreachable; keep following
                 log.exception("stream follower: reading the event log failed; retrying")
+                seen = None
                 await asyncio.sleep(self.poll_s)
 
     async def _listen(self) -> None:
@@ -330,11 +365,15 @@ class StreamHub:
             try:
                 async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    assert self._wake is not None
+                    self._listening = True
+                    self._wake.set()  # read what was committed before the LISTEN took effect
                     async for _ in conn.notifies():
-                        assert self._wake is not None
                         self._wake.set()
             except asyncio.CancelledError:
+                self._listening = False
                 raise
             except Exception as exc:  # fall back to polling until the listener reconnects
+                self._listening = False
                 log.warning("stream listener: %s; relying on polling, reconnecting in 5 s", exc)
                 await asyncio.sleep(5.0)

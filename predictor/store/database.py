@@ -13,7 +13,8 @@ rows concurrently with ``SELECT ... FOR UPDATE SKIP LOCKED`` (see ``predictor.st
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sqlite3
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -151,6 +152,28 @@ class Database:
                 if self.is_postgres:
                     session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
                 yield session
+
+    def change_probe(self) -> Callable[[], int] | None:
+        """A cheap "did anyone commit?" check for a follower that polls the store: a callable whose
+        value changes whenever a connection commits to the database (SQLite's ``PRAGMA
+        data_version`` on a connection of its own, which sees every commit of the pool's connections
+        and of other processes; microseconds, no transaction). None where there is no such check
+        (PostgreSQL, whose followers are woken by ``NOTIFY``; an in-memory SQLite database, which a
+        second connection would not see): poll.
+
+        The connection lives as long as the callable (``close`` on it closes it)."""
+        parsed = make_url(self.url)
+        if self.dialect != "sqlite" or parsed.database in (None, "", ":memory:") \
+                or (parsed.query or {}).get("mode") == "memory":
+            return None
+        conn = sqlite3.connect(f"file:{Path(parsed.database).resolve()}?mode=rw", uri=True,
+                               check_same_thread=False, isolation_level=None)
+
+        def data_version() -> int:
+            return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+        data_version.close = conn.close  # type: ignore[attr-defined]
+        return data_version
 
     def ping(self) -> None:
         """Raise if the database cannot be reached."""

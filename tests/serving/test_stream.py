@@ -101,3 +101,46 @@ def test_team_filter_in_the_client_buffer() -> None:
         assert [member.queue.get_nowait()[0] for _ in range(member.queue.qsize())] == [1, 3]
 
     asyncio.run(run())
+
+
+def test_an_idle_follower_reads_the_log_only_after_a_commit(tmp_path) -> None:  # noqa: ANN001
+    """On SQLite the follower asks the store's data version every poll and reads the event log only
+    when another connection committed (another worker's write), not four times a second."""
+    from predictor.store import Database, NewEvent, append_events
+    from serving.stream import StreamHub
+
+    db = Database(f"sqlite:///{tmp_path / 'state.db'}")
+    db.upgrade()
+    seen: list[list[int]] = []
+
+    async def scenario() -> tuple[int, int]:
+        hub = StreamHub(db, poll_s=0.02, buffer=100, on_events=lambda evs: seen.append([e.seq for e in evs]))
+        reads = 0
+        fetch = hub._fetch
+
+        def counted(since: int):  # noqa: ANN202
+            nonlocal reads
+            reads += 1
+            return fetch(since)
+
+        hub._fetch = counted
+        await hub.start()
+        try:
+            await asyncio.sleep(0.5)  # ~25 polls, nothing committed
+            idle_reads = reads
+            other = Database(db.url)  # another worker's connection
+            with other.writing() as s:
+                append_events(s, [NewEvent("job.created", {}, "j1", "nlp")], 1.0)
+            other.dispose()
+            for _ in range(100):
+                if seen:
+                    break
+                await asyncio.sleep(0.02)
+            return idle_reads, hub.last_seq
+        finally:
+            await hub.stop()
+
+    idle_reads, last = asyncio.run(scenario())
+    assert idle_reads <= 1  # the first poll reads once; then nothing until a commit
+    assert seen == [[1]] and last == 1  # the other worker's event arrived within a few polls
+    db.dispose()

@@ -57,3 +57,28 @@ def test_concurrent_writers_get_unique_gap_free_numbers(db: Database) -> None:
     with db.session() as s:
         seqs = [e.seq for e in events_since(s, 0, limit=1000)]
     assert seqs == list(range(1, 81))
+
+
+def test_the_change_probe_moves_only_when_someone_commits(db: Database, tmp_path) -> None:  # noqa: ANN001
+    probe = db.change_probe()
+    if not db.dialect == "sqlite":
+        assert probe is None  # PostgreSQL followers are woken by NOTIFY instead
+        return
+    try:
+        before = probe()
+        with db.session() as s:
+            events_since(s, 0)  # reads commit nothing
+        assert probe() == before
+        with db.writing() as s:
+            append_events(s, [NewEvent("job.created")], T0)
+        after = probe()
+        assert after != before  # a pool connection's commit
+        assert probe() == after
+        other = Database(db.url)  # another process's connection, as another worker's
+        with other.writing() as s:
+            append_events(s, [NewEvent("decision")], T0 + 1)
+        other.dispose()
+        assert probe() != after
+    finally:
+        probe.close()
+    assert Database("sqlite:///:memory:").change_probe() is None  # a second connection would not see it
