@@ -144,6 +144,7 @@ def compile_booster(booster: Any, *, cache: Path | None = None) -> CompiledBoost
     key = hashlib.sha256(f"{text}\n{options}\n{_host_cpu()}\nlleaves-{version('lleaves')}".encode()).hexdigest()
     folder = cache if cache is not None else cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
+    _sweep_stale(folder)
     target = folder / f"{key}.o"
     with _cache_lock(folder / f".{key}.lock"), tempfile.TemporaryDirectory(dir=folder, prefix=".compile-") as tmp:
         model_file = Path(tmp) / "model.txt"
@@ -157,6 +158,25 @@ def compile_booster(booster: Any, *, cache: Path | None = None) -> CompiledBoost
             if partial.exists():
                 os.replace(partial, target)
     return CompiledBooster(model, int(booster.num_feature()), key)
+
+
+#: A private compile directory older than this was left by a process that died compiling.
+STALE_COMPILE_S = 3600.0
+
+
+def _sweep_stale(folder: Path) -> None:
+    """Remove the private compile directories (``.compile-*``) that a killed process left (a worker
+    stopped mid-compile, a loop interrupted while its background compile ran); never raises."""
+    import shutil
+    import time
+
+    cutoff = time.time() - STALE_COMPILE_S
+    for old in folder.glob(".compile-*"):
+        try:
+            if old.is_dir() and old.stat().st_mtime < cutoff:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            continue
 
 
 @contextlib.contextmanager

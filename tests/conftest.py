@@ -73,3 +73,18 @@ def postgres_url():
             yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1) + "/" + name
         finally:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(autouse=True)
+def _settings_read_per_test():
+    """The process's settings are read from the environment once (``lru_cache``, as a served
+    process wants); a test that sets ``PREDICTOR_*`` variables must not get the previous test's
+    (``predictor sync`` once decided against an earlier test's state store when run after it)."""
+    from predictor.engine.wiring import get_engine_settings
+    from serving.settings import get_settings
+
+    get_engine_settings.cache_clear()
+    get_settings.cache_clear()
+    yield
+    get_engine_settings.cache_clear()
+    get_settings.cache_clear()

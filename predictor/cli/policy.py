@@ -208,5 +208,5 @@ def _model_slot(model: str, predictions: Path | None):
     from predictor.engine.wiring import get_engine_settings, registry_model_slot
 
     slot = registry_model_slot(get_engine_settings().model_copy(update={"model_uri": model}))
-    slot.check_once()
+    slot.check_once(warmup="skip")  # one decision: LightGBM costs less than compiling
     return slot

@@ -111,9 +111,11 @@ def _print(report: CycleReport, dry_run: bool, as_json: bool) -> None:
             typer.echo(f"    done: {op.render()}")
 
 
-def _engine(settings, decider: str):  # noqa: ANN001, ANN202 - EngineSettings -> Engine
+def _engine(settings, decider: str, once: bool = False):  # noqa: ANN001, ANN202 - EngineSettings -> Engine
     """The engine of ``--decider engine`` (the champion loaded now; the fallback says why not) or
-    ``--decider rules`` (the null predictor)."""
+    ``--decider rules`` (the null predictor). The champion's boosters are compiled in the background
+    while the loop's passes predict with LightGBM; ``once``: not at all (one pass costs less than
+    compiling, ``models.compiled``)."""
     from predictor.engine.wiring import build_engine
 
     if decider == "rules":
@@ -126,7 +128,7 @@ def _engine(settings, decider: str):  # noqa: ANN001, ANN202 - EngineSettings ->
         engine, _ = build_engine(settings, model=slot)
         return engine
     engine, _ = build_engine(settings)
-    engine.model.check_once()  # load the champion before the first decision
+    engine.model.check_once(warmup="skip" if once else "background")  # the champion before the first decision
     return engine
 
 
@@ -182,7 +184,7 @@ def register(app: typer.Typer) -> None:
         if service:
             source = ServiceDecisions(service, token)
         elif decider in ("engine", "rules"):
-            engine = _engine(settings, decider)
+            engine = _engine(settings, decider, once)
             source = EngineDecisions(engine)
         else:
             raise InputError(f"--decider must be engine or rules, got {decider!r}")

@@ -123,19 +123,22 @@ class ModelSlot:
         """Call ``listener`` after every swap (metrics, caches)."""
         self._listeners.append(listener)
 
-    def check_once(self, *, warm_in_background: bool = False) -> bool:
+    def check_once(self, *, warmup: str = "now") -> bool:
         """Ask the registry where the alias points; load and swap if it moved. Returns True on a swap.
 
-        A new version's warm-up runs after the swap, before this returns; with ``warm_in_background``
-        in a thread of its own instead (an admin's request that should not wait for it)."""
+        A new version's warm-up runs after the swap: ``now``, before this returns; ``background``, in
+        a thread of its own (an admin's request, a loop that should not wait for it); ``skip``, not at
+        all (a one-shot command, for which compiling costs more than it saves)."""
+        if warmup not in ("now", "background", "skip"):
+            raise ValueError(f"warmup: now, background or skip, not {warmup!r}")
         with self._check_lock:
             try:
-                return self._check(warm_in_background)
+                return self._check(warmup)
             finally:
                 self.last_checked_at = self._clock()
                 self.first_check_done.set()
 
-    def _check(self, warm_in_background: bool = False) -> bool:
+    def _check(self, warmup: str = "now") -> bool:
         try:
             version = self._resolve()
         except Exception as exc:  # registry unreachable: keep what we have
@@ -160,10 +163,10 @@ class ModelSlot:
         self._swap(LoadedModel(predictor, version, False, None, self._clock()))
         self.last_error = None
         log.info("model %s loaded from %s", version, self.uri)
-        if self._warm is not None:
+        if self._warm is not None and warmup != "skip":
             self.last_checked_at = self._clock()
             self.first_check_done.set()  # the version answers now: ready, not still loading
-            if warm_in_background:
+            if warmup == "background":
                 self.warmup = Warmup(version, False, {})
                 threading.Thread(target=self._run_warmup, args=(version, predictor), name="model-warmup",
                                  daemon=True).start()

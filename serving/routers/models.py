@@ -26,7 +26,7 @@ def get_models(service: ServiceDep, principal: PrincipalDep) -> ModelStatusPubli
 async def reload_model(service: ServiceDep, admin: AdminOnly) -> ModelStatusPublic:
     """Load the version the alias points at if it moved (this worker; others follow at their next poll).
     Answers once the version is swapped in; its boosters are compiled after that (``compiling``)."""
-    swapped = await run_in_threadpool(service.engine.model.check_once, warm_in_background=True)
+    swapped = await run_in_threadpool(service.engine.model.check_once, warmup="background")
     status = service.model_status()
     with service.db.writing() as s:
         record_audit(s, admin.as_actor(), "model.reload", service.engine.model.uri,
@@ -42,7 +42,7 @@ async def promote(body: PromotionRequest, service: ServiceDep, admin: AdminOnly)
     report = await run_in_threadpool(promote_model, service.settings, source=body.source, target=body.target,
                                      force=body.force, reason=body.reason)
     if report.get("promoted"):
-        await run_in_threadpool(service.engine.model.check_once, warm_in_background=True)
+        await run_in_threadpool(service.engine.model.check_once, warmup="background")
     status = service.model_status()
     details = {k: v for k, v in report.items() if k not in ("promoted", "unchanged", "version", "previous", "reason")}
     with service.db.writing() as s:

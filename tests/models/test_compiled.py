@@ -135,3 +135,17 @@ def test_progress_is_reported_per_booster(fresh: JobPredictorBundle, tmp_path: P
     counts = compiled.compile_boosters(fresh, cache=tmp_path, progress=seen.append)
     n = counts["boosters"]
     assert [s["compiled"] for s in seen] == list(range(n + 1)) and seen[-1] == counts
+
+
+def test_a_killed_compile_leaves_nothing_for_long(fresh: JobPredictorBundle, tmp_path: Path) -> None:
+    import os
+    import time
+
+    stale, recent = tmp_path / ".compile-dead", tmp_path / ".compile-busy"
+    for d in (stale, recent):
+        d.mkdir()
+        (d / "model.txt").write_text("tree")
+    old = time.time() - compiled.STALE_COMPILE_S - 60
+    os.utime(stale, (old, old))
+    compiled.compile_booster(compiled.boosters_in(fresh)[-1], cache=tmp_path)
+    assert not stale.exists() and recent.exists()  # another process may still be compiling there

@@ -152,7 +152,7 @@ def test_warmup_in_background_returns_at_the_swap_and_a_failed_one_keeps_the_ver
     reg.alias = "job-predictor/3"
     slot = ModelSlot(uri="models:/job-predictor@champion", resolve=reg.resolve, load=reg.load,
                      fallback=FallbackPredictor(), poll_s=0.01, warm=warm)
-    assert slot.check_once(warm_in_background=True)  # returns while the warm-up waits
+    assert slot.check_once(warmup="background")  # returns while the warm-up waits
     assert warm.started.wait(10) and not slot.warmup.done
     warm.release.set()
     deadline = time.time() + 10
@@ -160,3 +160,16 @@ def test_warmup_in_background_returns_at_the_swap_and_a_failed_one_keeps_the_ver
         time.sleep(0.01)
     assert slot.warmup.done and slot.warmup.counts == {"boosters": 2, "compiled": 0}  # what it got to
     assert slot.current.version == "job-predictor/3" and not slot.current.fallback
+
+
+def test_a_one_shot_command_skips_the_warmup() -> None:
+    reg, warm = Registry(), BlockingWarmup()
+    reg.alias = "job-predictor/4"
+    slot = ModelSlot(uri="models:/job-predictor@champion", resolve=reg.resolve, load=reg.load,
+                     fallback=FallbackPredictor(), poll_s=0.01, warm=warm)
+    assert slot.check_once(warmup="skip") and slot.current.version == "job-predictor/4"
+    assert warm.seen == [] and slot.warmup is None and slot.first_check_done.is_set()
+    import pytest
+
+    with pytest.raises(ValueError, match="warmup: now, background or skip"):
+        slot.check_once(warmup="later")
