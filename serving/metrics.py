@@ -137,6 +137,11 @@ class ServiceMetrics:
                                 ["version", "fallback"], registry=r)
         self.model_fallback = Gauge("predictor_model_fallback",
                                     "1 while the analytic fallback answers instead of a registered model", registry=r)
+        self.model_compiling = Gauge("predictor_model_compiling",
+                                     "1 while the model in use answers with LightGBM and compiles its boosters",
+                                     registry=r)
+        self.model_boosters = Gauge("predictor_model_boosters",
+                                    "Boosters of the model in use, by state (total, compiled)", ["state"], registry=r)
         self.model_reloads = Counter("predictor_model_reloads", "Model load attempts by outcome",
                                      ["outcome"], registry=r)
         self.stream_clients = Gauge("predictor_stream_clients", "Connected WebSocket stream clients", registry=r)

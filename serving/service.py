@@ -66,6 +66,11 @@ class Service:
     def refresh_gauges(self) -> None:
         self.metrics.stream_clients.set(self.hub.client_count)
         self.metrics.stream_last_seq.set(self.hub.last_seq)
+        model = self.model_status()
+        self.metrics.model_compiling.set(1 if model.compiling else 0)
+        if model.boosters is not None:
+            self.metrics.model_boosters.labels(state="total").set(model.boosters)
+            self.metrics.model_boosters.labels(state="compiled").set(model.boosters_compiled or 0)
 
     def queue_counts(self) -> dict[str, int]:
         with self.db.session() as s:

@@ -90,3 +90,24 @@ def test_registration_time_read_from_a_real_registry(client: TestClient, tmp_pat
     got = _samples(client.get("/metrics").text)
     assert got[("predictor_model_fallback", ())] == 0
     assert 0 <= got[("predictor_model_age_seconds", ())] < time.time() - version.creation_timestamp / 1000 + 1
+
+
+def test_the_compile_of_the_model_in_use_is_a_gauge(client: TestClient) -> None:
+    from predictor.engine.model_slot import Warmup
+
+    slot = client.service.engine.model  # type: ignore[attr-defined]
+    got = _samples(client.get("/metrics").text)
+    assert got[("predictor_model_compiling", ())] == 0
+    assert not [k for k in got if k[0] == "predictor_model_boosters"]  # nothing compiled or compiling
+    slot.warmup = Warmup(slot.current.version, False, {"boosters": 5, "compiled": 2})
+    got = _samples(client.get("/metrics").text)
+    assert got[("predictor_model_compiling", ())] == 1
+    assert got[("predictor_model_boosters", (("state", "total"),))] == 5
+    assert got[("predictor_model_boosters", (("state", "compiled"),))] == 2
+    assert client.get("/v1/models", headers=auth("scheduler")).json()["compiling"] is True
+    slot.warmup = Warmup(slot.current.version, True, {"boosters": 5, "compiled": 5})
+    got = _samples(client.get("/metrics").text)
+    assert got[("predictor_model_compiling", ())] == 0
+    assert got[("predictor_model_boosters", (("state", "compiled"),))] == 5
+    slot.warmup = Warmup("job-predictor/99", False, {"boosters": 5, "compiled": 0})  # another version's
+    assert client.get("/v1/models", headers=auth("scheduler")).json()["compiling"] is False
