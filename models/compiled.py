@@ -12,9 +12,10 @@ warm-up), never per request; each booster switches to its compiled form as soon 
 The object code is cached in a directory keyed by the sha256 of the booster's model text, the
 compile options and the host CPU, so a restart or a re-load of the same version loads it in
 milliseconds; workers starting together take a lock per booster in that directory, so one compiles
-it and the others wait for its file instead of compiling it again. ``models.lgbm.predict_booster`` asks :func:`compiled_for` for the
-compiled form of the booster it is given and uses LightGBM when there is none: lleaves not
-installed, compilation disabled (``PREDICTOR_COMPILE_BOOSTERS=false``) or failed (logged, once).
+it and the others wait for its file instead of compiling it again. ``models.lgbm.predict_booster``
+asks :func:`compiled_for` for the compiled form of the booster it is given and uses LightGBM when
+there is none: lleaves not installed, compilation disabled (``PREDICTOR_COMPILE_BOOSTERS=false``)
+or failed (logged, once).
 
 =============================  ==============================================  ==========================
 variable                        meaning                                         default

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import make_url
 
 from predictor.store import Database, StreamEvent, events_since, last_seq
+from predictor.store.database import DataVersionProbe
 from predictor.store.events import NOTIFY_CHANNEL
 from serving.auth import Principal
 
@@ -197,7 +198,7 @@ class StreamHub:
         self._tasks: list[asyncio.Task] = []
         self.feed = feed
         self._estimates_wanted: asyncio.Event | None = None
-        self._probe: Callable[[], int] | None = None
+        self._probe: DataVersionProbe | None = None
         self._listening = False  # PostgreSQL's LISTEN connection is up (it wakes the follower)
 
     @property
@@ -228,7 +229,7 @@ class StreamHub:
                 await task
         self._tasks.clear()
         if self._probe is not None:
-            self._probe.close()  # type: ignore[attr-defined]
+            self._probe.close()
             self._probe = None
 
     def notify(self) -> None:
@@ -341,6 +342,7 @@ class StreamHub:
                     version = probe()
                 except Exception:  # the file moved or broke: read the log every time from now on
                     log.warning("stream follower: the store's change probe failed; polling", exc_info=True)
+                    probe.close()
                     probe = self._probe = None
                 else:
                     if version == seen and not woken:

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import pandas as pd
 
@@ -51,6 +51,8 @@ class Warmup:
     counts: dict[str, int]
 
 
+#: When a new version's warm-up runs (``ModelSlot.check_once``).
+WarmupWhen = Literal["now", "background", "skip"]
 #: A warm-up: (version, its predictor, report) -> None; ``report(counts)`` says how far it is.
 WarmFn = Callable[[str, "FramePredictor", Callable[[dict[str, int]], None]], None]
 
@@ -123,7 +125,7 @@ class ModelSlot:
         """Call ``listener`` after every swap (metrics, caches)."""
         self._listeners.append(listener)
 
-    def check_once(self, *, warmup: str = "now") -> bool:
+    def check_once(self, *, warmup: WarmupWhen = "now") -> bool:
         """Ask the registry where the alias points; load and swap if it moved. Returns True on a swap.
 
         A new version's warm-up runs after the swap: ``now``, before this returns; ``background``, in
@@ -138,7 +140,7 @@ class ModelSlot:
                 self.last_checked_at = self._clock()
                 self.first_check_done.set()
 
-    def _check(self, warmup: str = "now") -> bool:
+    def _check(self, warmup: WarmupWhen) -> bool:
         try:
             version = self._resolve()
         except Exception as exc:  # registry unreachable: keep what we have
@@ -166,8 +168,8 @@ class ModelSlot:
         if self._warm is not None and warmup != "skip":
             self.last_checked_at = self._clock()
             self.first_check_done.set()  # the version answers now: ready, not still loading
+            self.warmup = Warmup(version, False, {})
             if warmup == "background":
-                self.warmup = Warmup(version, False, {})
                 threading.Thread(target=self._run_warmup, args=(version, predictor), name="model-warmup",
                                  daemon=True).start()
             else:
@@ -182,7 +184,6 @@ class ModelSlot:
             last.update(counts)
             self.warmup = Warmup(version, False, dict(counts))
 
-        self.warmup = Warmup(version, False, {})
         try:
             self._warm(version, predictor, report)
         except Exception:  # the version answers without it

@@ -14,7 +14,7 @@ rows concurrently with ``SELECT ... FOR UPDATE SKIP LOCKED`` (see ``predictor.st
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features.errors import InputError, Unreachable
 
-__all__ = ["Database", "default_sqlite_url", "WRITE_LOCK_KEY"]
+__all__ = ["Database", "DataVersionProbe", "default_sqlite_url", "WRITE_LOCK_KEY"]
 
 #: Key of the PostgreSQL advisory lock writers take turns on ("predictor" in ASCII, as an int64).
 WRITE_LOCK_KEY = 0x707265646963746F
@@ -71,6 +71,22 @@ def _configure_sqlite(engine: Engine) -> None:
     def _on_begin(conn) -> None:  # noqa: ANN001
         immediate = conn.get_execution_options().get("predictor_write", False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+class DataVersionProbe:
+    """SQLite's ``PRAGMA data_version`` on a connection of its own: calling it gives a number that
+    changes whenever another connection (the pool's, another process's) committed to the file since
+    the last call; microseconds, no transaction. ``close`` closes its connection."""
+
+    def __init__(self, path: Path) -> None:
+        self._conn = sqlite3.connect(f"file:{path.resolve()}?mode=rw", uri=True, check_same_thread=False,
+                                     isolation_level=None)
+
+    def __call__(self) -> int:
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 class Database:
@@ -153,27 +169,19 @@ class Database:
                     session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
                 yield session
 
-    def change_probe(self) -> Callable[[], int] | None:
-        """A cheap "did anyone commit?" check for a follower that polls the store: a callable whose
-        value changes whenever a connection commits to the database (SQLite's ``PRAGMA
-        data_version`` on a connection of its own, which sees every commit of the pool's connections
-        and of other processes; microseconds, no transaction). None where there is no such check
-        (PostgreSQL, whose followers are woken by ``NOTIFY``; an in-memory SQLite database, which a
-        second connection would not see): poll.
-
-        The connection lives as long as the callable (``close`` on it closes it)."""
+    def change_probe(self) -> DataVersionProbe | None:
+        """A cheap "did anyone commit?" check for a follower that polls the store (SQLite's
+        :class:`DataVersionProbe`). None where there is no such check (PostgreSQL, whose followers are
+        woken by ``NOTIFY``; an in-memory SQLite database, which a second connection would not see;
+        a file that cannot be opened): poll."""
         parsed = make_url(self.url)
         if self.dialect != "sqlite" or parsed.database in (None, "", ":memory:") \
                 or (parsed.query or {}).get("mode") == "memory":
             return None
-        conn = sqlite3.connect(f"file:{Path(parsed.database).resolve()}?mode=rw", uri=True,
-                               check_same_thread=False, isolation_level=None)
-
-        def data_version() -> int:
-            return int(conn.execute("PRAGMA data_version").fetchone()[0])
-
-        data_version.close = conn.close  # type: ignore[attr-defined]
-        return data_version
+        try:
+            return DataVersionProbe(Path(parsed.database))
+        except sqlite3.Error:
+            return None
 
     def ping(self) -> None:
         """Raise if the database cannot be reached."""

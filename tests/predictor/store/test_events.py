@@ -82,3 +82,4 @@ def test_the_change_probe_moves_only_when_someone_commits(db: Database, tmp_path
     finally:
         probe.close()
     assert Database("sqlite:///:memory:").change_probe() is None  # a second connection would not see it
+    assert Database(f"sqlite:///{tmp_path / 'gone' / 'none.db'}").change_probe() is None  # no file: poll
