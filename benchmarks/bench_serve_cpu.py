@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the project root
+
 from benchmarks.bench_api import job_specs, synthetic_jobs
 from benchmarks.bench_api import trained_bundle as api_bundle
 
