@@ -11,8 +11,9 @@ the other are comparable.
 1. A snapshot of 100 pending jobs (1-8 GPUs, five tiers, three teams, a deadline on every fourth) on
    the 16-GPU inventory of the scheduler's property tests, decided by the ``ours`` preset with
    ``explain=True``.
-2. Times ``write_rows`` of all 100 rows with their outcomes, ``factor_rows`` of the same rows, and
-   ``canonical_columns`` of 100 records shaped as a batch's job specs.
+2. Times ``write_rows`` of all 100 rows with their outcomes, ``factor_rows`` of the same rows,
+   ``canonical_columns`` of 100 records shaped as a batch's job specs, and ``decision_doc`` of the
+   100 Decisions (what the response encodes).
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_batch_parts.py [--passes 5 --loops 200]``
 """
@@ -30,6 +31,7 @@ from predictor.engine.queue_picture import canonical_columns
 from predictor.policy.plan import Outcome
 from predictor.policy.presets import load_policy
 from predictor.policy.scheduler import decide
+from predictor.store.codec import decision_doc
 from tests.builders import SnapshotBuilder, make_job
 from tests.predictor.policy.test_scheduler_properties import INV, NOW, TEAMS, TIERS
 
@@ -64,6 +66,7 @@ def main() -> None:
     plan = decide(SnapshotBuilder(INV).pending(*pending).build(NOW), load_policy(preset="ours"), explain=True)
     writer, rows = plan._writer, list(range(N))
     outcomes = [plan._outcomes.get(i, Outcome("wait")) for i in rows]
+    decisions = writer.write_rows(rows, outcomes, None)
     records = [{"job_id": f"j{i}", "user": f"u{i % 7}", "team": "x", "queue": "q", "num_gpus": 2.0,
                 "gpu_type": "A100-80GB", "model_name": "llama-7b", "job_name": f"train-{i}", "submit_ts": 1.7e9,
                 "state": "PENDING", "time_limit_s": 3600.0, "tier": "research"} for i in range(N)]
@@ -73,6 +76,7 @@ def main() -> None:
         "write_rows_ms": _best_ms(lambda: writer.write_rows(rows, outcomes, None), p, n),
         "factor_rows_ms": _best_ms(lambda: writer.factor_rows(rows), p, n),
         "canonical_columns_ms": _best_ms(lambda: canonical_columns(records), p, n),
+        "decision_docs_ms": _best_ms(lambda: [decision_doc(d) for d in decisions], p, n),
     }, indent=2))
 
 

@@ -16,7 +16,7 @@ Sections
 ``study``
     ``predictor tune``'s whole study (``predictor.tune.study.tune_policy``) with ``--study-trials``
     trials (50) on 2 workers: wall time of the split and training, the search and the validation,
-    and the validation table of tuned against qssf.
+    and the validation table of tuned against qssf (``qssf-sized`` too on several GPU types).
 
 Prints one JSON document. Run: ``.venv/bin/python benchmarks/bench_tune.py [--quick]`` (``--quick``:
 the first 6,000 jobs of the trace, fewer trials: a smoke run).
@@ -128,6 +128,7 @@ def section_study(jobs: pd.DataFrame, windows, inventory, trials: int, populatio
         "split": result.split.as_dict() | {"trained_models": len(result.split.trained_models)},
         "front_size": len(result.search.front), "trials_failed": sum(1 for t in result.search.trials if not t.ok),
         "chosen_trial": result.chosen.number, "chosen_qualified": result.choice.qualified,
+        "judged_against": result.judge,
         "chosen_is_qssf": result.choice.baseline,
         "chosen_is_base": result.choice.base,
         "rule": result.choice.rule,

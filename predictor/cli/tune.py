@@ -41,7 +41,8 @@ def register(app: typer.Typer) -> None:
         default_checkpoint_s: Annotated[float, typer.Option(help="checkpoint interval of jobs that do not say")] = 3600.0,
         cycle_s: Annotated[float | None, typer.Option(help="scheduler cycle of the replay (see simulate)")] = None,
         parts: Annotated[int, typer.Option("--parts", help=(
-            "the chosen point must also be no worse than qssf on each of this many consecutive parts of "
+            "the chosen point must also be no worse than qssf (qssf-sized on a cluster of several GPU types) "
+            "on each of this many consecutive parts of "
             "the tuning window (0: the whole window only)"))] = 2,
         min_margin: Annotated[float, typer.Option("--min-margin", help=(
             "smallest margin over qssf (worst relative gain of the four metrics) for which a searched point "
@@ -145,13 +146,15 @@ def _print(result) -> None:
 
     console = Console()
     console.print(f"rule: {result.choice.rule}")
+    judge = result.judge
     if result.choice.base:
-        _out.print("[bold yellow]note:[/] no front point beat qssf clearly, and qssf lost many more jobs to out-of-memory "
-                   "failures than the base policy on the tuning window: the chosen policy is the base policy")
+        _out.print(f"[bold yellow]note:[/] no front point beat {judge} clearly, and {judge} lost many more jobs to "
+                   "out-of-memory failures than the base policy on the tuning window: the chosen policy is the base policy")
     if result.choice.baseline:
-        _out.print("[bold yellow]note:[/] no front point beat qssf on avg JCT, max wait, SLA misses and Jain's index "
-                   "throughout the tuning window by the minimum margin: the chosen policy is qssf itself")
-        console.print("chosen: qssf (smallest predicted GPU-time first) with the base policy's tiers and teams")
+        _out.print(f"[bold yellow]note:[/] no front point beat {judge} on avg JCT, max wait, SLA misses and Jain's index "
+                   f"throughout the tuning window by the minimum margin: the chosen policy is {judge} itself")
+        sized = "" if judge == "qssf" else ", GPU flavor sized from predicted memory as the base policy sizes it"
+        console.print(f"chosen: {judge} (smallest predicted GPU-time first{sized}) with the base policy's tiers and teams")
     else:
         console.print(f"chosen: {result.chosen_label}: "
                       + ", ".join(f"{k}={v:.4g}" for k, v in result.chosen.params.items()))
@@ -171,12 +174,13 @@ def _warn_losses(result) -> None:
     """When the chosen policy is QSSF itself and it lost more validation jobs out of memory than ``ours``."""
     if not result.choice.baseline:
         return
-    q, ours = (result.validation.get(n, {}).get("jobs_failed_oom") for n in ("qssf", "ours"))
+    q, ours = (result.validation.get(n, {}).get("jobs_failed_oom") for n in (result.judge, "ours"))
     if q is not None and ours is not None and q > ours:
-        _out.print(f"[bold yellow]warning:[/] qssf, the chosen policy, lost {q:,.0f} of the validation window's jobs to "
-                   f"out-of-memory failures against {ours:,.0f} for the base policy (ours): it sizes nothing by "
-                   "memory, and the jobs it loses shorten its JCTs. On a cluster of several GPU types, compare "
-                   "the two rows above before you deploy policy.yaml (docs/tuning.md, No more jobs lost).")
+        why = "it sizes nothing by memory, and " if result.judge == "qssf" else ""
+        _out.print(f"[bold yellow]warning:[/] {result.judge}, the chosen policy, lost {q:,.0f} of the validation window's jobs to "
+                   f"out-of-memory failures against {ours:,.0f} for the base policy (ours): {why}the jobs it loses "
+                   "shorten its JCTs. Compare the two rows above before you deploy policy.yaml "
+                   "(docs/tuning.md, No more jobs lost).")
 
 
 #: Counts: printed whole (an SLA miss is not 3.000).

@@ -45,6 +45,10 @@ QSSF exactly, won by 0.2 % on the whole tuning window and on both halves, then l
 average JCT and 0.4 % on maximum wait on the validation window; docs/tuning.md). The rule string
 says which case it was and, when none qualified, how far the closest point was (the smallest worst
 relative shortfall over the four metrics, whole window and parts).
+
+*Which QSSF.* "QSSF" above is the preset ``choose`` is told to judge against (``name``):
+``predictor.tune.study.judging_baseline`` passes ``qssf-sized`` (QSSF with the base policy's memory
+sizing) on a cluster of several GPU types and ``qssf`` on one; the rule string names it.
 """
 
 from __future__ import annotations
@@ -169,7 +173,7 @@ MIN_MARGIN = 0.01
 
 
 def choose(front: Sequence[Metrics], qssf: Metrics, min_margin: float = MIN_MARGIN,
-           base: Metrics | None = None) -> Choice:
+           base: Metrics | None = None, name: str = "qssf") -> Choice:
     """Apply rule *chosen point* to the front's tuning-window metrics against QSSF's.
 
     Parameters
@@ -183,6 +187,8 @@ def choose(front: Sequence[Metrics], qssf: Metrics, min_margin: float = MIN_MARG
     base : mapping, optional
         The base policy's (trial 0's) metrics on the tuning window: chosen instead of QSSF when QSSF
         lost many more jobs out of memory (``Choice.base``; see the module docstring).
+    name : str
+        The preset ``qssf`` came from, as the rule string names it (``qssf`` or ``qssf-sized``).
 
     Raises
     ------
@@ -195,12 +201,12 @@ def choose(front: Sequence[Metrics], qssf: Metrics, min_margin: float = MIN_MARG
     parts = len(parts_of(qssf)) - 1
     where = (f"on the tuning window and on each of its {parts} consecutive parts by submit time" if parts
              else "on the tuning window")
-    rule = (f"largest margin over qssf (the smallest relative gain across avg_jct_s, max_wait_s, sla_misses, "
+    rule = (f"largest margin over {name} (the smallest relative gain across avg_jct_s, max_wait_s, sla_misses, "
             f"jain_index{', whole window and parts' if parts else ''}) among the Pareto-front points no worse "
-            f"than qssf on all four {where} (whole window: {bound}), if that margin is at least "
-            f"{min_margin:.1%}, else qssf itself; ties: lowest avg_jct_s")
+            f"than {name} on all four {where} (whole window: {bound}), if that margin is at least "
+            f"{min_margin:.1%}, else {name} itself; ties: lowest avg_jct_s")
     if qssf.get(LOSSES) is not None:
-        rule += f"; a point also loses no more jobs to out-of-memory failures than qssf ({_fmt(qssf.get(LOSSES))})"
+        rule += f"; a point also loses no more jobs to out-of-memory failures than {name} ({_fmt(qssf.get(LOSSES))})"
     qualified = [i for i, p in enumerate(front)
                  if all(no_worse(m, pv.get(m), qv.get(m)) for pv, qv in _paired(p, qssf) for m in GUARDS)
                  and no_worse(LOSSES, p.get(LOSSES), qssf.get(LOSSES))]
@@ -210,29 +216,30 @@ def choose(front: Sequence[Metrics], qssf: Metrics, min_margin: float = MIN_MARG
         if won >= min_margin:
             return Choice(best, rule + f" (chosen margin {won:.1%})", True)
         return _fallback(rule + f"; the best margin of a front point was {won:.1%}, under {min_margin:.1%}, so the "
-                         "chosen policy is qssf itself", front, qssf, base, qualified=True)
+                         f"chosen policy is {name} itself", front, qssf, base, qualified=True, name=name)
     closest = min(_shortfall(p, qssf) for p in front)
-    why = (f"the closest was {closest:.1%} worse than qssf on its worst metric{', whole window and parts' if parts else ''}"
-           if closest > 0 else "the points no worse than qssf on all four lost more jobs to out-of-memory failures")
-    return _fallback(rule + f"; no front point qualified ({why}), so the chosen policy is qssf itself",
-                     front, qssf, base, qualified=False)
+    why = (f"the closest was {closest:.1%} worse than {name} on its worst metric{', whole window and parts' if parts else ''}"
+           if closest > 0 else f"the points no worse than {name} on all four lost more jobs to out-of-memory failures")
+    return _fallback(rule + f"; no front point qualified ({why}), so the chosen policy is {name} itself",
+                     front, qssf, base, qualified=False, name=name)
 
 
-def _fallback(rule: str, front: Sequence[Metrics], qssf: Metrics, base: Metrics | None, qualified: bool) -> Choice:
+def _fallback(rule: str, front: Sequence[Metrics], qssf: Metrics, base: Metrics | None, qualified: bool,
+              name: str = "qssf") -> Choice:
     """QSSF itself, or the base policy when QSSF lost many more jobs out of memory than it."""
     q, b = _num(qssf.get(LOSSES)), _num((base or {}).get(LOSSES))
     if math.isfinite(q) and math.isfinite(b) and q >= 2 * b and q - b >= BASE_FALLBACK_MIN_JOBS:
-        return Choice(-1, rule + f", but qssf lost {q:,.0f} of the tuning "
+        return Choice(-1, rule + f", but {name} lost {q:,.0f} of the tuning "
                       f"window's jobs to out-of-memory failures against {b:,.0f} for the base policy (trial 0), so the "
                       "chosen policy is the base policy", qualified, base=True)
-    return Choice(-1, rule + _losses_note(front, qssf), qualified, baseline=True)
+    return Choice(-1, rule + _losses_note(front, qssf, name), qualified, baseline=True)
 
 
-def _losses_note(front: Sequence[Metrics], qssf: Metrics) -> str:
+def _losses_note(front: Sequence[Metrics], qssf: Metrics, name: str) -> str:
     """When QSSF, chosen, lost more jobs out of memory than a front point: how many, against the fewest."""
     q = _num(qssf.get(LOSSES))
     counts = [v for v in (_num(p.get(LOSSES)) for p in front) if math.isfinite(v)]
     if not (math.isfinite(q) and counts and min(counts) < q):
         return ""
-    return (f" (note: qssf lost {q:,.0f} of the tuning window's jobs to out-of-memory failures, a front point "
+    return (f" (note: {name} lost {q:,.0f} of the tuning window's jobs to out-of-memory failures, a front point "
             f"{min(counts):,.0f}; its shorter JCTs partly come from those failures)")

@@ -2,9 +2,9 @@
 
 * ``report.json``: exactly ``{"chosen": {PARAMETER: value}, "rule": "...", "validation": {POLICY:
   {METRIC: value}}, "front": [{"params": {...}, "tune": {METRIC: value}}, ...]}``, POLICY being
-  ``tuned``, ``ours``, ``qssf``, ``fifo``, ``kueue``, ``sjf-oracle`` and METRIC the replay report's
-  metric set (``predictor.sim.metrics.METRIC_KEYS``; NaN written as null); ``chosen`` is ``{}`` when
-  the chosen policy is QSSF itself (the rule says so).
+  ``tuned``, ``ours``, ``qssf``, (on several GPU types) ``qssf-sized``, ``fifo``, ``kueue``, ``sjf-oracle``
+  and METRIC the replay report's metric set (``predictor.sim.metrics.METRIC_KEYS``; NaN written as
+  null); ``chosen`` is ``{}`` when the chosen policy is the judging QSSF itself (the rule says so).
 * ``study.json``: what produced it: the split, settings, every trial, the baselines on the tuning
   window, timings.
 * ``report.html``: the front plotted (average JCT against maximum wait, SLA misses as colour, QSSF,
@@ -88,6 +88,7 @@ def study_document(result: TuneResult, run: Mapping | None = None) -> dict:
                      "search_space": [{"path": p.path, "low": p.low, "high": p.high, "log": p.log,
                                        "integer": p.integer} for p in cfg.space]},
         "chosen_trial": result.chosen.number, "chosen_qualified": result.choice.qualified,
+        "judged_against": result.judge,  # qssf, or qssf-sized on several GPU types (study.judging_baseline)
         "chosen_is_qssf": result.choice.baseline,
         "chosen_is_base": result.choice.base,  # QSSF, the fallback, lost many more jobs out of memory
         "rule": result.choice.rule,
@@ -127,7 +128,8 @@ def _panel(ax, result: TuneResult, others, front, zoom: bool):
         pts, sla = zip(*front, strict=True)
         sc = ax.scatter(*zip(*pts, strict=True), c=sla, cmap="viridis", s=46, edgecolors="k", linewidths=0.4,
                         vmin=min(sla), vmax=max(max(sla), min(sla) + 1), label="Pareto front", zorder=3)
-    marks = {"qssf": ("X", "#d62728", "QSSF"), "fifo": ("s", "#222222", "FIFO"), "ours": ("D", "#1f77b4", "ours (base)")}
+    marks = {"qssf": ("X", "#d62728", "QSSF"), "qssf-sized": ("P", "#9467bd", "QSSF, sized"),
+             "fifo": ("s", "#222222", "FIFO"), "ours": ("D", "#1f77b4", "ours (base)")}
     for name, (marker, colour, label) in marks.items():
         p = _xy(result.tuning_baselines.get(name, {}))
         if p:
@@ -138,7 +140,7 @@ def _panel(ax, result: TuneResult, others, front, zoom: bool):
         ax.scatter([chosen[0]], [chosen[1]], s=300, facecolors="none", edgecolors="#ff7f0e", linewidths=2.2,
                    label=f"chosen ({result.chosen_label})", zorder=5)
     if zoom:  # the front and QSSF, with a margin
-        keep = [q for q, _ in front] + [p for p in (_xy(result.tuning_baselines.get("qssf", {})),) if p]
+        keep = [q for q, _ in front] + [p for p in (_xy(result.tuning_baselines.get(result.judge, {})),) if p]
         xs, ys = [q[0] for q in keep], [q[1] for q in keep]
         dx, dy = (max(xs) - min(xs)) or abs(xs[0]) * 0.05 or 1.0, (max(ys) - min(ys)) or abs(ys[0]) * 0.05 or 1.0
         ax.set_xlim(min(xs) - 0.15 * dx, max(xs) + 0.15 * dx)
@@ -173,8 +175,8 @@ def front_plot(result: TuneResult) -> str:
 
 
 def _verdict(result: TuneResult) -> str:
-    """One sentence: tuned against QSSF on the validation window."""
-    t, q = result.validation.get("tuned", {}), result.validation.get("qssf", {})
+    """One sentence: tuned against the judging QSSF on the validation window."""
+    t, q = result.validation.get("tuned", {}), result.validation.get(result.judge, {})
     parts, ok = [], True
     for metric, label in (("avg_jct_s", "average JCT"), ("max_wait_s", "maximum wait"), ("sla_misses", "SLA misses"),
                           ("jain_index", "Jain's index")):
@@ -186,7 +188,8 @@ def _verdict(result: TuneResult) -> str:
         ok &= good
         rel = f" ({(a - b) / b:+.1%})" if b else ""
         parts.append(f"{label} {_fmt(a)} against {_fmt(b)}{rel}")
-    head = ("at least as good as QSSF on all four" if ok else "not at least as good as QSSF on all four")
+    label = _judge_label(result.judge)
+    head = (f"at least as good as {label} on all four" if ok else f"not at least as good as {label} on all four")
     return f"On the validation window the tuned policy is {head}: " + "; ".join(parts) + "."
 
 
@@ -211,6 +214,10 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
     return f"{v:,}" if isinstance(v, int) else html.escape(str(v))
+
+
+def _judge_label(judge: str) -> str:
+    return "QSSF" if judge == "qssf" else "QSSF with the base policy's sizing (qssf-sized)"
 
 
 def _validation_table(result: TuneResult) -> str:
@@ -241,8 +248,8 @@ def _front_table(result: TuneResult) -> str:
         cells += "".join(f"<td>{_fmt(t.params.get(n))}</td>" for n in names)
         mark = " class=chosen" if t.number == result.chosen.number else ""
         rows.append(f"<tr{mark}><td>{t.number}</td>{cells}</tr>")
-    for name in ("qssf", "fifo", "ours"):
-        m = result.tuning_baselines.get(name, {})
+    for name in result.tuning_baselines:
+        m = result.tuning_baselines[name]
         cells = "".join(f"<td>{_fmt(m.get(k))}</td>" for k in _RULE_METRICS) + "<td></td>" * len(names)
         rows.append(f"<tr><td>{name}</td>{cells}</tr>")
     return (f"<div class='scroll'><table><thead><tr><th>trial</th>{head}</tr></thead>"
@@ -251,8 +258,10 @@ def _front_table(result: TuneResult) -> str:
 
 def _chosen_table(result: TuneResult) -> str:
     if result.choice.baseline:
-        return ("<p>QSSF (the <code>qssf</code> preset: smallest predicted GPU-time first, no reservation, no "
-                "preemption) with the base policy's tiers and teams; no searched setting applies.</p>")
+        sized = "" if result.judge == "qssf" else ", the GPU flavor sized from predicted memory as the base policy sizes it"
+        return (f"<p>QSSF (the <code>{html.escape(result.judge)}</code> preset: smallest predicted GPU-time first, "
+                f"no reservation, no preemption{sized}) with the base policy's tiers and teams; no searched setting "
+                "applies.</p>")
     base = {p.name: v for p, v in zip(result.settings.space, _base_values(result), strict=True)}
     rows = "".join(f"<tr><td>{html.escape(n)}</td><td>{_fmt(v)}</td><td>{_fmt(base.get(n))}</td></tr>"
                    for n, v in result.chosen.params.items())
@@ -274,10 +283,11 @@ def render_html(result: TuneResult) -> str:
     """The self-contained page a person reads without the JSON."""
     s = result.split
     warn = "" if not result.choice.baseline else (
-        "<p class='warn'>No point of the front beat QSSF on average JCT, maximum wait, SLA misses and Jain's index "
-        "throughout the tuning window by the minimum margin; the chosen policy is QSSF itself (see the rule).</p>")
+        f"<p class='warn'>No point of the front beat {_judge_label(result.judge)} on average JCT, maximum wait, SLA "
+        f"misses and Jain's index throughout the tuning window by the minimum margin; the chosen policy is "
+        f"{'QSSF' if result.judge == 'qssf' else result.judge} itself (see the rule).</p>")
     if result.choice.base:
-        warn = ("<p class='warn'>No point of the front beat QSSF clearly, and QSSF (which sizes nothing by memory) lost "
+        warn = (f"<p class='warn'>No point of the front beat {_judge_label(result.judge)} clearly, and it lost "
                 "many more jobs to out-of-memory failures than the base policy: the chosen policy is the base policy "
                 "(see the rule, and the OOM column below).</p>")
     split = "".join(f"<li>{html.escape(line.strip())}</li>" for line in s.describe()[1:])

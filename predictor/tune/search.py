@@ -78,7 +78,7 @@ def make_sampler(kind: str, seed: int, population: int) -> optuna.samplers.BaseS
 
 def search(evaluate: Evaluate, base: PolicyConfig, objectives: Sequence[Objective], *, trials: int, seed: int = 0,
            population: int = 16, sampler: str = "nsga2", space: Sequence[Parameter] = SEARCH_SPACE,
-           on_generation: Callable[[Sequence[TrialRecord]], None] | None = None) -> SearchResult:
+           on_generation: Callable[[Sequence[TrialRecord]], None] | None = None, sized: bool = False) -> SearchResult:
     """Run ``trials`` trials in generations of ``population`` and return them with the front.
 
     Parameters
@@ -92,6 +92,9 @@ def search(evaluate: Evaluate, base: PolicyConfig, objectives: Sequence[Objectiv
         Study size, seed, generation size, ``nsga2`` or ``tpe``.
     on_generation : callable, optional
         Called with each generation's records once it is told (progress, MLflow).
+    sized : bool
+        Trial 1 is the point next to ``qssf-sized`` (the base policy's sizing kept) instead of ``qssf``:
+        the baseline a cluster of several GPU types is judged against.
     """
     if trials < 1:
         raise InputError(f"--trials must be at least 1, got {trials}")
@@ -103,7 +106,7 @@ def search(evaluate: Evaluate, base: PolicyConfig, objectives: Sequence[Objectiv
     dists = distributions(space)
     study.enqueue_trial(values_in(base, space))
     if trials > 1:
-        study.enqueue_trial(qssf_like(base, space))
+        study.enqueue_trial(qssf_like(base, space, sized=sized))
     records: list[TrialRecord] = []
     while len(records) < trials:
         asked = [study.ask(dists) for _ in range(min(population, trials - len(records)))]

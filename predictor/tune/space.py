@@ -174,11 +174,14 @@ QSSF_LIKE: dict[str, float] = {
 }
 
 
-def qssf_like(policy: PolicyConfig, space: Sequence[Parameter] = SEARCH_SPACE) -> dict[str, float | int]:
-    """``policy``'s searched values with :data:`QSSF_LIKE` laid over them (those in ``space``)."""
+def qssf_like(policy: PolicyConfig, space: Sequence[Parameter] = SEARCH_SPACE, *,
+              sized: bool = False) -> dict[str, float | int]:
+    """``policy``'s searched values with :data:`QSSF_LIKE` laid over them (those in ``space``);
+    ``sized``: next to ``qssf-sized`` instead (the policy's own ``sizing.use_predictions`` kept)."""
     values = values_in(policy, space)
     names = {p.name: p for p in space}
-    values.update({k: names[k].clip(v) for k, v in QSSF_LIKE.items() if k in names})
+    values.update({k: names[k].clip(v) for k, v in QSSF_LIKE.items()
+                   if k in names and not (sized and k == "sizing.use_predictions")})
     return values
 
 

@@ -6,6 +6,12 @@ beside the search (``predictor.tune.search``), picks the front point by rule *ch
 (``predictor.tune.choice``; QSSF itself when no point beats it clearly) and replays it on the validation window beside ``ours`` (the base
 policy), ``qssf``, ``fifo``, ``kueue`` and ``sjf-oracle``. Every replay runs as a task on the Dask
 client it is given (``predictor.tune.dask_replays``). Writing the outputs is ``predictor.tune.report``'s.
+
+*Which QSSF judges* (:func:`judging_baseline`). On a cluster of one GPU type, ``qssf``. On several,
+``qssf-sized``: QSSF with the base policy's memory sizing (``qssf`` keeps the requested type, loses the
+jobs it leaves on too-small GPUs, and looks faster for it; docs/replay.md). There a point must beat
+the QSSF that loses no more jobs than ours, not one that wins by failing jobs; both QSSFs are
+replayed on both windows and reported, plain ``qssf`` as what a site running Helios' order has.
 """
 
 from __future__ import annotations
@@ -31,12 +37,30 @@ from predictor.tune.search import SearchResult, TrialRecord, front_points, searc
 from predictor.tune.space import SEARCH_SPACE, Parameter, check_space, policy_with
 from predictor.tune.windows import TuningSplit, Window, split_windows
 
-__all__ = ["TuneSettings", "TuneResult", "tune_policy", "BASELINE_TRIAL", "TUNING_BASELINES", "VALIDATION_POLICIES"]
+__all__ = ["TuneSettings", "TuneResult", "tune_policy", "BASELINE_TRIAL", "TUNING_BASELINES", "VALIDATION_POLICIES",
+           "judging_baseline", "tuning_baselines_for", "validation_policies_for"]
 
-#: Replayed on the tuning window beside the trials: QSSF for the rule, FIFO and the base for the plot.
+#: Replayed on the tuning window beside the trials (one GPU type): QSSF for the rule, FIFO and the
+#: base for the plot; ``tuning_baselines_for`` adds ``qssf-sized`` on several types.
 TUNING_BASELINES: tuple[str, ...] = ("qssf", "fifo", "ours")
-#: Replayed on the validation window, after ``tuned``.
+#: Replayed on the validation window, after ``tuned`` (one GPU type; ``validation_policies_for``).
 VALIDATION_POLICIES: tuple[str, ...] = ("ours", "qssf", "fifo", "kueue", "sjf-oracle")
+
+
+def judging_baseline(inventory: Inventory) -> str:
+    """The QSSF the chosen point is judged against on ``inventory``: ``qssf-sized`` on a cluster of several
+    GPU types, ``qssf`` on one (where sizing has nothing to choose and the two replays are the same)."""
+    return "qssf-sized" if len(inventory.gpus_by_type()) > 1 else "qssf"
+
+
+def tuning_baselines_for(judge: str) -> tuple[str, ...]:
+    """The tuning-window baselines when ``judge`` judges: ``TUNING_BASELINES``, with ``judge`` after ``qssf``."""
+    return tuple(dict.fromkeys(("qssf", judge) + TUNING_BASELINES))
+
+
+def validation_policies_for(judge: str) -> tuple[str, ...]:
+    """The validation-window policies when ``judge`` judges: ``VALIDATION_POLICIES``, with ``judge`` after ``qssf``."""
+    return tuple(dict.fromkeys(("ours", "qssf", judge) + VALIDATION_POLICIES))
 
 Metrics = dict[str, float | None]
 #: ``TuneResult.chosen.number`` when the chosen policy is QSSF itself (no trial of the search).
@@ -81,13 +105,14 @@ class TuneResult:
     seconds: dict[str, float]  # wall seconds of the split, the search and the validation
     workers: int = 0
     teams: tuple[str, ...] = ()  # the teams of the replayed windows
+    judge: str = "qssf"  # the QSSF preset the rule judged against (``judging_baseline``)
 
     @property
     def chosen_label(self) -> str:
-        """``trial N`` (``trial 0``: the base policy), or ``qssf`` when the chosen policy is QSSF itself."""
+        """``trial N`` (``trial 0``: the base policy), or the judging QSSF's name when the chosen policy is it."""
         if self.choice.base:
             return "the base policy (trial 0)"
-        return "qssf" if self.choice.baseline else f"trial {self.chosen.number}"
+        return self.judge if self.choice.baseline else f"trial {self.chosen.number}"
 
 
 def _outcome(name: str, out: ReplayOutcome | BaseException) -> ReplayOutcome:
@@ -121,8 +146,10 @@ def tune_policy(jobs: pd.DataFrame, inventory: Inventory, client: Client, settin
     say = on_phase or (lambda _m: None)
     base = load_policy("ours", base_file=policy_file)
     check_space(base, cfg.space)
+    judge = judging_baseline(inventory)
+    tuning_names, validation_names = tuning_baselines_for(judge), validation_policies_for(judge)
     presets = {n: load_policy(POLICIES[n].preset, base_file=policy_file)
-               for n in dict.fromkeys(TUNING_BASELINES + VALIDATION_POLICIES)}
+               for n in dict.fromkeys(tuning_names + validation_names)}
     started = time.perf_counter()
     split, tune_window, validate_window = windows or split_windows(
         jobs, inventory, train_fraction=cfg.train_fraction, validate_fraction=cfg.validate_fraction,
@@ -135,16 +162,17 @@ def tune_policy(jobs: pd.DataFrame, inventory: Inventory, client: Client, settin
     started = time.perf_counter()
     with WindowReplays(client, tune_window, inventory, cfg.sim, cfg.metrics, parts=cfg.parts) as tuning:
         baselines = {n: tuning.submit(f"baseline-{n}", n, presets[n], POLICIES[n].predictions)
-                     for n in TUNING_BASELINES}
+                     for n in tuning_names}
 
         def evaluate(batch: Sequence[tuple[int, PolicyConfig]]) -> list[tuple[Metrics, float] | BaseException]:
             outs = tuning.run([(f"trial-{n}", f"trial-{n}", policy, "trained") for n, policy in batch])
             return [o if isinstance(o, BaseException) else (o.metrics, o.cpu_s) for o in outs]
 
         say(f"searching: {cfg.trials} trials in generations of {cfg.population} ({cfg.sampler}, seed {cfg.seed}) "
-            f"on {workers} Dask worker(s), objectives {', '.join(o.metric for o in cfg.objectives)}")
+            f"on {workers} Dask worker(s), objectives {', '.join(o.metric for o in cfg.objectives)}; judged against "
+            f"{judge}" + (" (several GPU types: QSSF with the base policy's sizing)" if judge != "qssf" else ""))
         result = search(evaluate, base, cfg.objectives, trials=cfg.trials, seed=cfg.seed, population=cfg.population,
-                        sampler=cfg.sampler, space=cfg.space, on_generation=on_generation)
+                        sampler=cfg.sampler, space=cfg.space, on_generation=on_generation, sized=judge != "qssf")
         tuning_baselines = {}
         for n, fut in baselines.items():
             try:
@@ -154,28 +182,28 @@ def tune_policy(jobs: pd.DataFrame, inventory: Inventory, client: Client, settin
     seconds["search_s"] = time.perf_counter() - started
 
     first = result.trials[0] if result.trials and result.trials[0].number == 0 else None  # the base policy
-    choice = choose(front_points(result), tuning_baselines["qssf"], min_margin=cfg.min_margin,
-                    base=first.metrics if first is not None and first.ok else None)
+    choice = choose(front_points(result), tuning_baselines[judge], min_margin=cfg.min_margin,
+                    base=first.metrics if first is not None and first.ok else None, name=judge)
     if choice.base:  # the base policy (trial 0): QSSF, the fallback, lost many more jobs out of memory
         chosen = first
         policy = policy_with(base, first.params, name="tuned")
     elif choice.baseline:  # QSSF itself: its tuning-window replay is the chosen point's
-        chosen = TrialRecord(BASELINE_TRIAL, {}, dict(tuning_baselines["qssf"]))
-        policy = policy_with(presets["qssf"], {}, name="tuned")
+        chosen = TrialRecord(BASELINE_TRIAL, {}, dict(tuning_baselines[judge]))
+        policy = policy_with(presets[judge], {}, name="tuned")
     else:
         chosen = result.front_trials()[choice.index]
         policy = policy_with(base, chosen.params, name="tuned")
-    say(f"chosen: {'qssf itself' if choice.baseline else f'trial {chosen.number}'} by the rule: {choice.rule}")
+    say(f"chosen: {f'{judge} itself' if choice.baseline else f'trial {chosen.number}'} by the rule: {choice.rule}")
 
     started = time.perf_counter()
-    say(f"validating on {split.validate_jobs:,} jobs: tuned, {', '.join(VALIDATION_POLICIES)}")
+    say(f"validating on {split.validate_jobs:,} jobs: tuned, {', '.join(validation_names)}")
     with WindowReplays(client, validate_window, inventory, cfg.sim, cfg.metrics) as validating:
         items = [("tuned", "tuned", policy, "trained")] + [
-            (n, n, presets[n], POLICIES[n].predictions) for n in VALIDATION_POLICIES]
+            (n, n, presets[n], POLICIES[n].predictions) for n in validation_names]
         outs = validating.run(items)
     validation = {name: _outcome(f"{name} (validation window)", o).metrics
                   for (name, _, _, _), o in zip(items, outs, strict=True)}
     seconds["validate_s"] = time.perf_counter() - started
     teams = tuple(sorted((set(tune_window.jobs.teams) | set(validate_window.jobs.teams)) - {NO_TEAM}))
     return TuneResult(cfg, split, result, choice, chosen, policy, base, tuning_baselines, validation, seconds,
-                      workers, teams)
+                      workers, teams, judge)

@@ -82,7 +82,8 @@ class StudyTracker:
         metrics += _metrics("tune.chosen.", result.chosen.metrics or {}, ts)
         metrics += [Metric(f"seconds.{k}", float(v), ts, 0) for k, v in result.seconds.items()]
         self.client.log_batch(self.run_id, metrics=metrics, tags=[
-            RunTag("chosen_trial", "qssf" if result.choice.baseline else str(result.chosen.number)),
+            RunTag("chosen_trial", result.judge if result.choice.baseline else str(result.chosen.number)),
+            RunTag("judged_against", result.judge),
             RunTag("chosen_qualified", str(result.choice.qualified)),
             RunTag("rule", result.choice.rule[:5000])])
         for path in files:

@@ -182,3 +182,12 @@ def test_a_front_disqualified_only_by_its_losses_says_so():
     choice = choose([lossy], qssf)
     assert "the points no worse than qssf on all four lost more jobs to out-of-memory failures" in choice.rule
     assert "0.0% worse" not in choice.rule
+
+
+def test_the_rule_names_the_qssf_it_judges_against():
+    sized = choose([point(600, 10_000, 4, 0.90)], QSSF, name="qssf-sized")
+    assert sized.baseline and sized.rule.startswith("largest margin over qssf-sized (")
+    assert sized.rule.endswith("so the chosen policy is qssf-sized itself")
+    assert " qssf " not in sized.rule and "qssf itself" not in sized.rule.replace("qssf-sized itself", "")
+    won = choose([point(400, 9_000, 3, 0.95)], QSSF, name="qssf-sized")
+    assert won.index == 0 and "no worse than qssf-sized on all four" in won.rule

@@ -83,3 +83,15 @@ def test_the_qssf_like_point_lies_in_the_space_and_orders_by_shortness_alone() -
     assert {k for k, w in policy.weights.items() if w > 0} == {"shortness"}
     assert policy.reservation.depth == 0 and policy.preemption.max_preemptors_per_cycle == 0
     assert policy.aging.starvation_min_s == 86400.0 and policy.aging.starvation_backlog_factor == 0.0
+
+
+def test_next_to_qssf_sized_the_qssf_like_point_keeps_the_base_policys_sizing() -> None:
+    from predictor.tune.space import qssf_like
+
+    base = load_policy("ours")
+    assert base.sizing.use_predictions
+    plain, sized = qssf_like(base), qssf_like(base, sized=True)
+    assert plain["sizing.use_predictions"] == 0 and sized["sizing.use_predictions"] == 1
+    assert {k: v for k, v in sized.items() if k != "sizing.use_predictions"} == {
+        k: v for k, v in plain.items() if k != "sizing.use_predictions"}
+    assert policy_with(base, sized).sizing.use_predictions
