@@ -47,7 +47,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from models.duration_anchor import ANCHOR_CHAINS, BASELINE_COLUMNS, AnchoredDesign, choose_anchor
-from models.duration_segments import SegmentPlan, conformal_shift, hold_point, point_score, segment_ids
+from models.duration_segments import SegmentPlan, conformal_shift, point_score, segment_ids
 from models.lgbm import BoosterParams, predict_booster, train_booster, welsch_objective
 
 __all__ = ["QUANTILES", "CENSORED_DRAWS", "DurationEstimator", "impute_censored"]
@@ -379,14 +379,13 @@ class DurationEstimator:
         candidates["offset"] = np.where(np.isfinite(limit), 0.0, np.nan)
         if self.mode_booster_ is not None:
             candidates["model_mode"] = predict_booster(self.mode_booster_, Xd) + anchor
-        reported: list = []
-        out = self.plan_.apply(seg, q, candidates, empirical, reported)
+        out = self.plan_.apply(seg, q, candidates, empirical)
         i_last1 = index.get("user_last1_logd")
         if i_last1 is not None:
             last1 = X[:, i_last1].astype(np.float64) - off
             near = np.isfinite(last1) & (np.abs(out[:, 1] - last1) < SNAP_LOG)
             out[:, 1] = np.clip(np.where(near, last1, out[:, 1]), out[:, 0], out[:, 2])
-        return hold_point(out, reported[0])  # the reported interval (SegmentPlan.reported), holding the point
+        return out
 
     def _empirical_from(self, X: np.ndarray, off: np.ndarray) -> np.ndarray:
         """``_empirical(X)`` given ``offset(X)``."""

@@ -29,14 +29,6 @@ Patterson & Candes 2019, with the symmetric score ``max(lo - y, y - hi)``: exact
 user's empirical 10-90 % interval of their latest runs (``features.recent_runs``); after each is
 calibrated to the same coverage, the one with the smaller median width on the calibration jobs is
 kept for the segment. The p50 is then clipped into the interval.
-
-The interval reported (``SegmentPlan.reported``) is chosen the same way among three candidates: those
-two and their half-way blend (the mean of the two lower and of the two upper bounds, in log space:
-two noisy estimates of the same quantiles, whose average errs less than either where their errors
-differ). The point stays the one clipped into the two-candidate interval above (the user's
-empirical range pulls a point into it where that range is the sharper one, which the blend would
-loosen: on KTH with one user dominant, clipping into the blend instead moved the median absolute
-error from 564 to 586 s), and the reported interval widens to hold the point where it does not.
 """
 
 from __future__ import annotations
@@ -46,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["MIN_SEGMENT_ROWS", "SWITCH_MARGIN", "DEPTH_EDGES", "SPREAD_EDGES", "BASELINE_NAMES", "SegmentPlan", "segment_ids",
-           "conformal_shift", "point_score", "point_metrics_log", "with_blends", "hold_point"]
+           "conformal_shift", "point_score", "point_metrics_log", "with_blends"]
 
 MIN_SEGMENT_ROWS = 100
 #: A candidate other than the model's point must score this much lower to replace it in a segment.
@@ -156,9 +148,6 @@ class SegmentPlan:
     point: dict[int, str] = field(default_factory=dict)
     interval: dict[int, tuple[str, float, float]] = field(default_factory=dict)
     report: dict[int, dict] = field(default_factory=dict)
-    #: per segment, the interval reported: ``interval``'s form, kind ``"model"``, ``"empirical"`` or
-    #: ``"blend"`` (a plan pickled before it existed reports ``interval``)
-    reported: dict[int, tuple[str, float, float]] = field(default_factory=dict)
 
     def fit(self, seg: np.ndarray, y: np.ndarray, model_q: np.ndarray, baselines: dict[str, np.ndarray],
             empirical: np.ndarray, offset: np.ndarray | None = None) -> SegmentPlan:
@@ -179,34 +168,26 @@ class SegmentPlan:
             options = {"model": (model_q[rows, 0], model_q[rows, 2])}
             if np.isfinite(empirical[rows]).all():
                 options["empirical"] = (empirical[rows, 0], empirical[rows, 1])
-            if "empirical" in options:
-                options["blend"] = _blend(empirical[rows, 0], model_q[rows, 0]), _blend(empirical[rows, 1], model_q[rows, 2])
             widths = {}
             for name, (lo, hi) in options.items():
                 shift = conformal_shift(lo, hi, y[rows], self.coverage)
                 widths[name] = (float(np.median(hi - lo + 2.0 * shift)), shift)
-            chosen = min((k for k in widths if k != "blend"), key=lambda k: widths[k][0])
+            chosen = min(widths, key=lambda k: widths[k][0])
             self.interval[s] = (chosen, widths[chosen][1], widths["model"][1])
-            shown = min(widths, key=lambda k: widths[k][0])
-            self.reported[s] = (shown, widths[shown][1], widths["model"][1])
             self.report[s] = {"rows": int(rows.sum()), "point": self.point[s], "point_errors": errors,
-                              "interval": chosen, "reported_interval": shown,
-                              "median_log_width": {k: v[0] for k, v in widths.items()}}
+                              "interval": chosen, "median_log_width": {k: v[0] for k, v in widths.items()}}
         return self
 
     def apply(self, seg: np.ndarray, model_q: np.ndarray, baselines: dict[str, np.ndarray],
-              empirical: np.ndarray, reported: list | None = None) -> np.ndarray:
-        """Quantiles (n, 3) in target space after the per-segment choices (the point clipped into
-        ``interval``'s). ``reported``: a list that receives the (n, 2) bounds of ``reported``'s
-        interval, before the point is held in it (:func:`hold_point`).
+              empirical: np.ndarray) -> np.ndarray:
+        """Quantiles (n, 3) in target space after the per-segment choices.
 
         Row-wise: each row reads its segment's choices from lookup arrays (``_lookup``, built once per
         candidate set), so the cost does not grow with the number of segments in the batch; the values
         are those of choosing segment by segment (same operations per element, tested)."""
         candidates = _candidates(model_q, baselines)
         names = tuple(candidates)
-        seg = np.asarray(seg)
-        point_col, use_emp_kind, shift, model_shift = self._rows(names, seg)
+        point_col, use_emp_kind, shift, model_shift = self._rows(names, np.asarray(seg))
         n = len(model_q)
         model = candidates["model"]
         stacked = np.empty((n, len(names)))
@@ -221,35 +202,7 @@ class SegmentPlan:
         lo, hi = np.minimum(a, b), np.maximum(a, b)
         out[:, 0], out[:, 2] = lo, hi
         out[:, 1] = np.clip(mid, lo, hi)
-        if reported is not None:
-            reported.append(self._reported_bounds(seg, model_q, empirical, out))
         return out
-
-    def _reported_bounds(self, seg: np.ndarray, model_q: np.ndarray, empirical: np.ndarray,
-                         out: np.ndarray) -> np.ndarray:
-        """(n, 2): the bounds of each row's reported interval kind; ``out``'s where the kind is the same."""
-        bounds = out[:, [0, 2]].copy()
-        if not self.reported:  # a plan pickled before reported intervals: the interval as it was
-            return bounds
-        table = self.__dict__.setdefault("_reported_lookup", None)
-        if table is None:
-            top = max([_N_SEGMENTS - 1, *self.point, *self.interval])
-            rows = [self.reported.get(s if s in self.point else _GLOBAL) for s in range(top + 1)]
-            table = self.__dict__["_reported_lookup"] = (
-                np.array([r is not None and r[0] == "blend" for r in rows], dtype=bool),
-                np.array([r[1] if r is not None else np.nan for r in rows], dtype=np.float64))
-        if seg.size and (int(seg.min()) < 0 or int(seg.max()) >= len(table[0])):
-            keys = [s if s in self.point else _GLOBAL for s in seg.tolist()]
-            is_blend = np.array([self.reported[k][0] == "blend" for k in keys], dtype=bool)
-            shift = np.array([self.reported[k][1] for k in keys], dtype=np.float64)
-        else:
-            is_blend, shift = table[0][seg], table[1][seg]
-        blend = is_blend & np.isfinite(empirical).all(axis=1)
-        if blend.any():
-            lo = _blend(empirical[blend, 0], model_q[blend, 0]) - shift[blend]
-            hi = _blend(empirical[blend, 1], model_q[blend, 2]) + shift[blend]
-            bounds[blend, 0], bounds[blend, 1] = np.minimum(lo, hi), np.maximum(lo, hi)
-        return bounds
 
     def _rows(self, names: tuple[str, ...], seg: np.ndarray) -> tuple[np.ndarray, ...]:
         """Per row: the position of its point candidate in ``names``, whether its interval is the
@@ -280,20 +233,7 @@ class SegmentPlan:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_lookups", None)
-        state.pop("_reported_lookup", None)
         return state
-
-
-def _blend(empirical: np.ndarray, model: np.ndarray) -> np.ndarray:
-    """The half-way blend of an empirical and a model bound (log space)."""
-    return 0.5 * (empirical + model)
-
-
-def hold_point(out: np.ndarray, reported: np.ndarray) -> np.ndarray:
-    """``out`` (n, 3) with the reported bounds (n, 2), widened where needed to hold the point."""
-    out[:, 0] = np.minimum(reported[:, 0], out[:, 1])
-    out[:, 2] = np.maximum(reported[:, 1], out[:, 1])
-    return out
 
 
 def _as_arrays(choices: list[tuple[int, bool, float, float]]) -> tuple[np.ndarray, ...]:

@@ -56,23 +56,6 @@ def ref_apply(plan: SegmentPlan, seg, model_q, baselines, empirical):  # noqa: A
     return out
 
 
-def ref_reported(plan: SegmentPlan, seg, model_q, empirical, out):  # noqa: ANN001, ANN201
-    """The reported bounds segment by segment: the blend where the segment reports it and the row has
-    an empirical interval, else ``out``'s."""
-    bounds = out[:, [0, 2]].copy()
-    known = np.isfinite(empirical).all(axis=1)
-    for s in np.unique(seg).tolist():
-        key = s if s in plan.point else _GLOBAL
-        kind, shift, _ = plan.reported.get(key, ("model", 0.0, 0.0))
-        rows = (seg == s) & known
-        if kind != "blend" or not rows.any():
-            continue
-        lo = 0.5 * (empirical[rows, 0] + model_q[rows, 0]) - shift
-        hi = 0.5 * (empirical[rows, 1] + model_q[rows, 2]) + shift
-        bounds[rows, 0], bounds[rows, 1] = np.minimum(lo, hi), np.maximum(lo, hi)
-    return bounds
-
-
 def ref_predict_log(est, X):  # noqa: ANN001, ANN201
     """``DurationEstimator.predict_log`` as it was: every step through the per-column methods."""
     from models.lgbm import predict_booster
@@ -88,12 +71,9 @@ def ref_predict_log(est, X):  # noqa: ANN001, ANN201
     if est.mode_booster_ is not None:
         candidates["model_mode"] = predict_booster(est.mode_booster_, d.design(X)) + d.anchor(X)
     out = ref_apply(est.plan_, seg, q, candidates, empirical)
-    bounds = ref_reported(est.plan_, seg, q, empirical, out)
     last1 = X[:, names.index("user_last1_logd")].astype(np.float64) - d.offset(X)
     near = np.isfinite(last1) & (np.abs(out[:, 1] - last1) < SNAP_LOG)
     out[:, 1] = np.clip(np.where(near, last1, out[:, 1]), out[:, 0], out[:, 2])
-    out[:, 0] = np.minimum(bounds[:, 0], out[:, 1])  # the reported interval, holding the point
-    out[:, 2] = np.maximum(bounds[:, 1], out[:, 1])
     return out
 
 
@@ -188,35 +168,6 @@ def test_apply_with_unknown_segments_and_names(bundle: JobPredictorBundle) -> No
     plan.__dict__.pop("_lookups", None)
     for seg in (rng.integers(0, 28, n), rng.integers(-3, 40, n), np.full(n, 4)):
         np.testing.assert_array_equal(plan.apply(seg, q, base, emp), ref_apply(plan, seg, q, base, emp))
-
-
-def test_reported_blends_with_unknown_segments_equal_the_reference(bundle: JobPredictorBundle,
-                                                                   features: np.ndarray) -> None:
-    """Every segment reporting the blend (and segment 4 an odd shift): the fast path's bounds and
-    predictions equal the segment-by-segment reference; the point is the plan's without them."""
-    est = pickle.loads(pickle.dumps(bundle.duration))
-    plan = est.plan_
-    before = est.predict_log(features)
-    for s in list(plan.interval):
-        plan.reported[s] = ("blend", 0.3, plan.interval[s][2])
-    plan.reported[4] = ("blend", -0.05, 0.0)
-    plan.point.setdefault(4, "model")
-    plan.interval.setdefault(4, ("model", 0.0, 0.0))
-    plan.__dict__.pop("_lookups", None)
-    plan.__dict__.pop("_reported_lookup", None)
-    after = est.predict_log(features)
-    np.testing.assert_array_equal(after, ref_predict_log(est, features))
-    if 4 not in bundle.duration.plan_.point:
-        np.testing.assert_array_equal(after[:, 1], before[:, 1])  # the point does not move
-    assert np.all(after[:, 0] <= after[:, 1]) and np.all(after[:, 1] <= after[:, 2])
-    rng = np.random.default_rng(3)
-    n = 200
-    q = np.sort(rng.normal(size=(n, 3)), axis=1)
-    emp = np.where(rng.random((n, 2)) < 0.2, np.nan, rng.normal(size=(n, 2)))
-    for seg in (rng.integers(0, 28, n), rng.integers(-3, 40, n)):
-        got: list = []
-        out = plan.apply(seg, q, {"offset": np.full(n, np.nan)}, emp, got)
-        np.testing.assert_array_equal(got[0], ref_reported(plan, seg, q, emp, out))
 
 
 def test_caches_stay_out_of_pickles(bundle: JobPredictorBundle, features: np.ndarray) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from features.schema import conform
 from models.duration_anchor import ANCHOR_CHAINS, AnchoredDesign, choose_anchor
-from models.duration_segments import SegmentPlan, conformal_shift, hold_point, segment_ids
+from models.duration_segments import SegmentPlan, conformal_shift, segment_ids
 from models.evaluate import duration_rows, predictions_for
 from models.fit import fit_bundle
 from tests.models.conftest import FAST
@@ -108,53 +108,3 @@ def test_request_signature_last2_anchor_falls_back_to_the_user() -> None:
     y = np.log([3000.0, 100.0, 600.0]) - gm  # target space: log d - offset
     chosen, errors = choose_anchor(X, y, np.ones(3, bool), names, gm)
     assert chosen.chain == ("request_last2", "user_last2") and errors["request_then_user_last2"] == pytest.approx(0.0)
-
-
-def _blend_case():
-    """Segment 8: model and empirical intervals both informative, with independent errors (their blend is
-    sharper than either); segment 2: the empirical interval useless."""
-    rng = np.random.default_rng(1)
-    n = 6000
-    seg = np.where(rng.random(n) < 0.5, 8, 2)
-    y = rng.normal(size=n)
-    model_q = np.column_stack([y - 1.0, y, y + 1.0]) + rng.normal(scale=0.3, size=(n, 1))
-    centre = y + rng.normal(scale=0.3, size=n)
-    empirical = np.column_stack([centre - 0.5, centre + 0.5])
-    empirical[seg == 2] += rng.normal(scale=3.0, size=((seg == 2).sum(), 1))
-    return seg, y, model_q, empirical
-
-
-def test_the_reported_interval_is_the_blend_where_it_is_sharper_and_the_point_does_not_move() -> None:
-    seg, y, model_q, empirical = _blend_case()
-    n = len(y)
-    cal, test = slice(0, n // 2), slice(n // 2, n)
-    plan = SegmentPlan(coverage=0.8).fit(seg[cal], y[cal], model_q[cal], {}, empirical[cal])
-    assert plan.reported[8][0] == "blend" and plan.interval[8][0] != "blend"
-    assert plan.reported[2][0] == plan.interval[2][0] == "model"
-    widths = plan.report[8]["median_log_width"]
-    assert widths["blend"] < min(widths["model"], widths["empirical"])
-    got: list = []
-    q = plan.apply(seg[test], model_q[test], {}, empirical[test], got)
-    np.testing.assert_array_equal(q, plan.apply(seg[test], model_q[test], {}, empirical[test]))  # point, interval
-    out = hold_point(q.copy(), got[0])
-    np.testing.assert_array_equal(out[:, 1], q[:, 1])
-    assert np.all(out[:, 0] <= out[:, 1]) and np.all(out[:, 1] <= out[:, 2])
-    covered = (out[:, 0] <= y[test]) & (y[test] <= out[:, 2])
-    deep = seg[test] == 8
-    assert covered[deep].mean() == pytest.approx(0.8, abs=0.04)
-    assert np.median((out[:, 2] - out[:, 0])[deep]) < np.median((q[:, 2] - q[:, 0])[deep])
-
-
-def test_a_plan_without_reported_intervals_reports_its_interval() -> None:
-    seg, y, model_q, empirical = _blend_case()
-    plan = SegmentPlan(coverage=0.8).fit(seg, y, model_q, {}, empirical)
-    plan.reported = {}  # as pickled before reported intervals existed
-    got: list = []
-    q = plan.apply(seg, model_q, {}, empirical, got)
-    np.testing.assert_array_equal(hold_point(q.copy(), got[0]), q)
-
-
-def test_hold_point_widens_only_where_the_point_is_outside() -> None:
-    out = np.array([[0.0, 1.0, 2.0], [0.0, 3.0, 4.0], [0.0, -1.0, 4.0]])
-    held = hold_point(out.copy(), np.array([[0.5, 1.5], [0.5, 1.5], [0.5, 1.5]]))
-    np.testing.assert_array_equal(held, [[0.5, 1.0, 1.5], [0.5, 3.0, 3.0], [-1.0, -1.0, 1.5]])
