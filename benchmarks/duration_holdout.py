@@ -13,7 +13,7 @@ median AE, coverage, median p90/p10 against the empirical interval at the model'
 many of the five targets are met (the width counted at the same coverage).
 
 Run: ``PYTHONPATH=. python benchmarks/duration_holdout.py [--logs kth hpc2n] [--seeds 1 2] [--shares 0.6 0.8]``
-(about 3 minutes for the defaults on a quiet host; prints JSON).
+(about 1 minute for KTH and 4 for HPC2N on this project's machine; prints JSON).
 """
 
 from __future__ import annotations
