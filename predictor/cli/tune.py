@@ -144,6 +144,8 @@ def register(app: typer.Typer) -> None:
 def _print(result) -> None:
     from rich.table import Table
 
+    from predictor.tune.study import judge_sizing
+
     console = Console()
     console.print(f"rule: {result.choice.rule}")
     judge = result.judge
@@ -153,8 +155,8 @@ def _print(result) -> None:
     if result.choice.baseline:
         _out.print(f"[bold yellow]note:[/] no front point beat {judge} on avg JCT, max wait, SLA misses and Jain's index "
                    f"throughout the tuning window by the minimum margin: the chosen policy is {judge} itself")
-        sized = "" if judge == "qssf" else ", GPU flavor sized from predicted memory as the base policy sizes it"
-        console.print(f"chosen: {judge} (smallest predicted GPU-time first{sized}) with the base policy's tiers and teams")
+        console.print(f"chosen: {judge} (smallest predicted GPU-time first{judge_sizing(judge)}) with the base policy's "
+                      "tiers and teams")
     else:
         console.print(f"chosen: {result.chosen_label}: "
                       + ", ".join(f"{k}={v:.4g}" for k, v in result.chosen.params.items()))

@@ -43,7 +43,7 @@ from predictor.capacity.inventory import Inventory  # noqa: E402
 from predictor.policy.config import PolicyConfig  # noqa: E402
 from predictor.sim.metrics import METRIC_KEYS  # noqa: E402
 from predictor.tune.objectives import HIGHER_IS_BETTER  # noqa: E402
-from predictor.tune.study import TuneResult  # noqa: E402
+from predictor.tune.study import TuneResult, judge_sizing  # noqa: E402
 
 __all__ = ["report_document", "study_document", "render_html", "policy_yaml", "write_outputs", "OUTPUT_FILES"]
 
@@ -258,9 +258,8 @@ def _front_table(result: TuneResult) -> str:
 
 def _chosen_table(result: TuneResult) -> str:
     if result.choice.baseline:
-        sized = "" if result.judge == "qssf" else ", the GPU flavor sized from predicted memory as the base policy sizes it"
         return (f"<p>QSSF (the <code>{html.escape(result.judge)}</code> preset: smallest predicted GPU-time first, "
-                f"no reservation, no preemption{sized}) with the base policy's tiers and teams; no searched setting "
+                f"no reservation, no preemption{judge_sizing(result.judge)}) with the base policy's tiers and teams; no searched setting "
                 "applies.</p>")
     base = {p.name: v for p, v in zip(result.settings.space, _base_values(result), strict=True)}
     rows = "".join(f"<tr><td>{html.escape(n)}</td><td>{_fmt(v)}</td><td>{_fmt(base.get(n))}</td></tr>"

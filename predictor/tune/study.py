@@ -38,12 +38,12 @@ from predictor.tune.space import SEARCH_SPACE, Parameter, check_space, policy_wi
 from predictor.tune.windows import TuningSplit, Window, split_windows
 
 __all__ = ["TuneSettings", "TuneResult", "tune_policy", "BASELINE_TRIAL", "TUNING_BASELINES", "VALIDATION_POLICIES",
-           "judging_baseline", "tuning_baselines_for", "validation_policies_for"]
+           "judging_baseline", "with_judge", "judge_sizing"]
 
 #: Replayed on the tuning window beside the trials (one GPU type): QSSF for the rule, FIFO and the
-#: base for the plot; ``tuning_baselines_for`` adds ``qssf-sized`` on several types.
+#: base for the plot; ``with_judge`` adds ``qssf-sized`` on several types.
 TUNING_BASELINES: tuple[str, ...] = ("qssf", "fifo", "ours")
-#: Replayed on the validation window, after ``tuned`` (one GPU type; ``validation_policies_for``).
+#: Replayed on the validation window, after ``tuned`` (one GPU type; ``with_judge`` for several).
 VALIDATION_POLICIES: tuple[str, ...] = ("ours", "qssf", "fifo", "kueue", "sjf-oracle")
 
 
@@ -53,14 +53,14 @@ def judging_baseline(inventory: Inventory) -> str:
     return "qssf-sized" if len(inventory.gpus_by_type()) > 1 else "qssf"
 
 
-def tuning_baselines_for(judge: str) -> tuple[str, ...]:
-    """The tuning-window baselines when ``judge`` judges: ``TUNING_BASELINES``, with ``judge`` after ``qssf``."""
-    return tuple(dict.fromkeys(("qssf", judge) + TUNING_BASELINES))
+def with_judge(names: tuple[str, ...], judge: str) -> tuple[str, ...]:
+    """``names`` (``TUNING_BASELINES``, ``VALIDATION_POLICIES``) with ``judge`` right after ``qssf``."""
+    return tuple(dict.fromkeys(n for name in names for n in ((name, judge) if name == "qssf" else (name,))))
 
 
-def validation_policies_for(judge: str) -> tuple[str, ...]:
-    """The validation-window policies when ``judge`` judges: ``VALIDATION_POLICIES``, with ``judge`` after ``qssf``."""
-    return tuple(dict.fromkeys(("ours", "qssf", judge) + VALIDATION_POLICIES))
+def judge_sizing(judge: str) -> str:
+    """What the judging preset adds to QSSF, as a clause to append where it is described ("" for ``qssf``)."""
+    return "" if judge == "qssf" else ", GPU flavor sized from predicted memory as the base policy sizes it"
 
 Metrics = dict[str, float | None]
 #: ``TuneResult.chosen.number`` when the chosen policy is QSSF itself (no trial of the search).
@@ -147,7 +147,7 @@ def tune_policy(jobs: pd.DataFrame, inventory: Inventory, client: Client, settin
     base = load_policy("ours", base_file=policy_file)
     check_space(base, cfg.space)
     judge = judging_baseline(inventory)
-    tuning_names, validation_names = tuning_baselines_for(judge), validation_policies_for(judge)
+    tuning_names, validation_names = with_judge(TUNING_BASELINES, judge), with_judge(VALIDATION_POLICIES, judge)
     presets = {n: load_policy(POLICIES[n].preset, base_file=policy_file)
                for n in dict.fromkeys(tuning_names + validation_names)}
     started = time.perf_counter()

@@ -10,8 +10,7 @@ from predictor.tune.study import (
     TUNING_BASELINES,
     VALIDATION_POLICIES,
     judging_baseline,
-    tuning_baselines_for,
-    validation_policies_for,
+    with_judge,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -19,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_one_gpu_type_is_judged_against_plain_qssf_and_replays_what_it_did():
     assert judging_baseline(homogeneous_inventory(64)) == "qssf"
-    assert tuning_baselines_for("qssf") == TUNING_BASELINES
-    assert validation_policies_for("qssf") == VALIDATION_POLICIES
+    assert with_judge(TUNING_BASELINES, "qssf") == TUNING_BASELINES
+    assert with_judge(VALIDATION_POLICIES, "qssf") == VALIDATION_POLICIES
 
 
 def test_several_gpu_types_are_judged_against_qssf_with_the_base_policys_sizing():
@@ -28,5 +27,5 @@ def test_several_gpu_types_are_judged_against_qssf_with_the_base_policys_sizing(
     assert len(mixed.gpus_by_type()) == 3
     assert judging_baseline(mixed) == "qssf-sized"
     # plain qssf is still replayed and reported beside it, first
-    assert tuning_baselines_for("qssf-sized") == ("qssf", "qssf-sized", "fifo", "ours")
-    assert validation_policies_for("qssf-sized") == ("ours", "qssf", "qssf-sized", "fifo", "kueue", "sjf-oracle")
+    assert with_judge(TUNING_BASELINES, "qssf-sized") == ("qssf", "qssf-sized", "fifo", "ours")
+    assert with_judge(VALIDATION_POLICIES, "qssf-sized") == ("ours", "qssf", "qssf-sized", "fifo", "kueue", "sjf-oracle")
