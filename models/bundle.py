@@ -54,14 +54,27 @@ def prepare_jobs(jobs: pd.DataFrame, now: float | None) -> pd.DataFrame:
 class _ArrayJobColumns(JobColumns):
     """A ``JobColumns`` whose columns are already typed arrays (``numeric_column`` / ``object_column``
     values); the frame is read only for a column the arrays lack or hold with another type. Each array
-    is checked when its column is first read (a request reads a third of the canonical columns)."""
+    is checked when its column is first read (a request reads a third of the canonical columns).
+    Without a frame (``frame=None``: the serving path, which builds none) one is made from the arrays
+    the first time a column must be read from it."""
 
-    __slots__ = ("_arrays", "_n")
+    __slots__ = ("_arrays", "_n", "_frame")
 
-    def __init__(self, frame: pd.DataFrame, arrays: Mapping[str, np.ndarray]) -> None:
-        super().__init__(frame)
+    def __init__(self, frame: pd.DataFrame | None, arrays: Mapping[str, np.ndarray]) -> None:
+        self._frame = frame
+        self.columns = frame.columns if frame is not None else arrays.keys()  # what ``col in jobs.columns`` asks
+        self._obj, self._num, self._derived = {}, {}, {}
         self._arrays = arrays
-        self._n = len(frame)
+        self._n = len(frame) if frame is not None else len(arrays["job_id"])
+
+    @property
+    def frame(self) -> pd.DataFrame:  # type: ignore[override]
+        if self._frame is None:
+            self._frame = pd.DataFrame(dict(self._arrays), copy=False)
+        return self._frame
+
+    def __len__(self) -> int:
+        return self._n
 
     def _array(self, col: str, dtype: type) -> np.ndarray | None:
         values = self._arrays.get(col)
@@ -84,15 +97,19 @@ class _ArrayJobColumns(JobColumns):
         return self._obj[col]
 
 
-def job_view(jobs: pd.DataFrame, now: float | None, columns: Mapping[str, np.ndarray] | None = None) -> JobColumns:
+def job_view(jobs: pd.DataFrame | None, now: float | None, columns: Mapping[str, np.ndarray] | None = None,
+             ) -> JobColumns:
     """``JobColumns`` of ``prepare_jobs(jobs, now)``; ``columns``, when given, are the same jobs as arrays
     (float64 numbers with NaN for null, object strings with None: ``features.schema.conform``'s values)
-    and are read instead of the frame (no pandas column access per request)."""
+    and are read instead of the frame (no pandas column access per request). ``jobs`` may be None
+    when ``columns`` are given: no frame is built unless a column must be read from one."""
     if columns is None:
         return JobColumns(prepare_jobs(jobs, now))
     submit = columns.get("submit_ts")
     if isinstance(submit, np.ndarray) and submit.dtype == np.float64 and not np.isnan(submit).any():
         return _ArrayJobColumns(jobs, columns)
+    if jobs is None:
+        jobs = pd.DataFrame(dict(columns), copy=False)
     prepared = prepare_jobs(jobs, now)
     if prepared is not jobs:  # submit_ts was filled in: the frame's is the one to read
         columns = {k: v for k, v in columns.items() if k != "submit_ts"}

@@ -227,10 +227,12 @@ class Engine:
         preds, model = self.predict_columns(jobs, now)
         return pd.DataFrame(preds, columns=list(PREDICTION_COLUMNS)), model
 
-    def predict_columns(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None,
+    def predict_columns(self, jobs: pd.DataFrame | None, now: float, *,
+                        columns: Mapping[str, np.ndarray] | None = None,
                         fallback_reason: str | None = None) -> tuple[dict[str, np.ndarray], LoadedModel]:
         """:meth:`predict` as one array per ``PREDICTION_COLUMNS`` column; ``columns``: the same jobs as
-        ``canonical_columns`` arrays, which a predictor with ``predict_columns`` reads instead of the table.
+        ``canonical_columns`` arrays, which a predictor with ``predict_columns`` reads instead of the table
+        (``jobs`` may then be None: no table is built unless a predictor needs one).
         ``fallback_reason``: predict with the fallback, for this reason (a deadline the model would miss)."""
         with self._history_lock:
             model, history = self._current_history()
@@ -247,7 +249,7 @@ class Engine:
                 reason = f"model {model.version} failed on this input: {type(exc).__name__}: {exc}"[:300]
                 preds = predict_with(self.model.fallback, jobs, history, now, columns)
                 model = LoadedModel(self.model.fallback, "fallback", True, reason, model.loaded_at)
-        n = len(jobs)
+        n = len(jobs) if jobs is not None else len(columns["job_id"])  # type: ignore[index]
         if model.fallback and model.fallback_reason:  # the slot knows why no model answers; say that
             preds["fallback"] = np.ones(n, dtype=bool)
             preds["fallback_reason"] = np.full(n, model.fallback_reason, dtype=object)
@@ -321,11 +323,14 @@ class Engine:
         predictions = predictions_from_columns(batch.predicted)
         return [Scored(p, d) for p, d in zip(predictions, batch.decisions, strict=True)], batch.model
 
-    def score_batch(self, jobs: pd.DataFrame, now: float, *, columns: Mapping[str, np.ndarray] | None = None,
+    def score_batch(self, jobs: pd.DataFrame | None, now: float, *, columns: Mapping[str, np.ndarray] | None = None,
                     explain: bool = True, fallback_reason: str | None = None) -> ScoredBatch:
         """:meth:`score_with_model` without a ``Prediction`` object per job: the prediction columns and
-        the candidates' Decisions (the only Decisions written). What ``POST /v1/score`` calls.
+        the candidates' Decisions (the only Decisions written). What ``POST /v1/score`` calls, with
+        ``columns`` (``canonical_columns``) and no table (``jobs=None``).
         ``fallback_reason``: the fallback predicts, for this reason (``predict_columns``)."""
+        if jobs is None and columns is None:
+            raise TypeError("score_batch needs the jobs as a table or as columns")
         table = jobs if columns is None else columns
         ids = (jobs["job_id"].to_numpy(dtype=object) if columns is None else columns["job_id"]).tolist()
         if len(set(ids)) != len(ids):

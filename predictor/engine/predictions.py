@@ -23,6 +23,7 @@ from features.history import HistoryStore
 from features.schema import PLACEMENT_CLASSES
 from models.prediction import PREDICTION_COLUMNS, SLOWDOWN_COLUMNS, Prediction
 from predictor.engine.model_slot import FramePredictor
+from predictor.engine.queue_picture import frame_of
 
 __all__ = ["prediction_columns", "predict_with", "predictions_from_columns", "prediction_docs", "finite_list"]
 
@@ -32,14 +33,15 @@ def prediction_columns(preds: pd.DataFrame) -> dict[str, np.ndarray]:
     return {c: preds[c].to_numpy() for c in PREDICTION_COLUMNS}
 
 
-def predict_with(predictor: FramePredictor, jobs: pd.DataFrame, history: HistoryStore, now: float,
+def predict_with(predictor: FramePredictor, jobs: pd.DataFrame | None, history: HistoryStore, now: float,
                  columns: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
     """A predictor's prediction columns: through its ``predict_columns`` when it has one (the bundle and
-    the fallback do; no table is built), else read from its ``predict_frame``'s table."""
+    the fallback do; no table is built), else read from its ``predict_frame``'s table (built from
+    ``columns`` where ``jobs`` is None)."""
     fast = getattr(predictor, "predict_columns", None)
     if fast is not None:
         return dict(fast(jobs, history, now, columns=columns))
-    return prediction_columns(predictor.predict_frame(jobs, history, now))
+    return prediction_columns(predictor.predict_frame(jobs if jobs is not None else frame_of(columns), history, now))
 
 
 def finite_list(values: Any) -> list[float | None]:

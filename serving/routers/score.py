@@ -11,7 +11,6 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from predictor.engine.engine import ScoredBatch
-from predictor.engine.queue_picture import frame_of
 from serving.convert import batch_response, job_columns
 from serving.deps import PrincipalDep, ServiceDep
 from serving.load_shedding import alone, arrived_at
@@ -93,6 +92,6 @@ async def score(body: ScoreRequest, request: Request, service: ServiceDep, princ
 def _score(service: Service, columns: dict, now: float, explain: bool, fallback_reason: str | None,
            ) -> tuple[ScoredBatch, float]:
     started = time.perf_counter()
-    batch = service.engine.score_batch(frame_of(columns), now, columns=columns, explain=explain,
+    batch = service.engine.score_batch(None, now, columns=columns, explain=explain,
                                        fallback_reason=fallback_reason)
     return batch, time.perf_counter() - started

@@ -69,3 +69,49 @@ def test_fallback_columns_equal_its_frame(synth_jobs: pd.DataFrame, later_jobs: 
     got = fb.predict_columns(jobs, store, NOW, columns=typed_columns(jobs))
     pd.testing.assert_frame_equal(columns_frame(got), fb.predict_frame(jobs, store, NOW))
     assert got["fallback"].all() and set(got["model_version"]) == {"fallback"}
+
+
+@pytest.mark.parametrize("n", [1, 120])
+def test_columns_without_a_frame_equal_the_frame_path(bundle: JobPredictorBundle, synth_jobs: pd.DataFrame,
+                                                      later_jobs: pd.DataFrame, n: int) -> None:
+    """The serving path passes no table (``jobs=None``): the same predictions, and no frame built."""
+    jobs = requests(later_jobs, n)
+    store = HistoryStore(synth_jobs)
+    cols = typed_columns(jobs)
+    want = bundle.predict_frame(jobs, store, NOW)  # builds the store's history state (frames of its own)
+    built: list[str] = []
+    real = pd.DataFrame
+
+    class Watched(real):  # counts the frames the no-table path makes (it should make none)
+        def __init__(self, *args, **kwargs) -> None:
+            built.append(repr(args)[:80])
+            super().__init__(*args, **kwargs)
+
+    pd.DataFrame = Watched
+    try:
+        got = bundle.predict_columns(None, store, NOW, columns=cols)
+    finally:
+        pd.DataFrame = real
+    assert built == []
+    pd.testing.assert_frame_equal(columns_frame(got), want)
+    fb = FallbackPredictor()
+    pd.testing.assert_frame_equal(columns_frame(fb.predict_columns(None, store, NOW, columns=cols)),
+                                  fb.predict_frame(jobs, store, NOW))
+
+
+def test_without_a_frame_a_missing_column_is_read_from_one_made_of_the_arrays(
+        bundle: JobPredictorBundle, synth_jobs: pd.DataFrame, later_jobs: pd.DataFrame) -> None:
+    """Arrays that lack a column or hold it with another type: a frame is built from them, once."""
+    jobs = requests(later_jobs, 4)
+    cols = typed_columns(jobs)
+    cols["num_gpus"] = cols["num_gpus"].astype(np.int64)  # another dtype: read through the frame
+    del cols["lora_rank"]
+    got = bundle.predict_columns(None, HistoryStore(synth_jobs), NOW, columns=cols)
+    pd.testing.assert_frame_equal(columns_frame(got), bundle.predict_frame(jobs, HistoryStore(synth_jobs), NOW))
+
+
+def test_without_a_frame_missing_submit_times_are_now(bundle: JobPredictorBundle, later_jobs: pd.DataFrame) -> None:
+    jobs = requests(later_jobs, 3)
+    jobs.loc[[0, 2], "submit_ts"] = np.nan
+    got = bundle.predict_columns(None, None, NOW, columns=typed_columns(jobs))
+    pd.testing.assert_frame_equal(columns_frame(got), bundle.predict_frame(jobs, None, NOW))
