@@ -56,9 +56,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--batches", type=int, default=8, help="extra batches of 100 (each sent twice)")
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+        ap.error("valgrind is not installed (apt-get install valgrind)")
     if not args.bundle.exists():
-        raise SystemExit(f"--bundle {args.bundle}: no such file (bench_serve_cpu.py --bundle writes it)")
+        ap.error(f"--bundle {args.bundle}: no such file (bench_serve_cpu.py --bundle writes it)")
     with tempfile.TemporaryDirectory(prefix="bench-instr-") as tmp:
         base = instructions(args.tree, args.bundle, 1, 1, Path(tmp))
         single = instructions(args.tree, args.bundle, 1 + args.singles, 1, Path(tmp))

@@ -51,6 +51,12 @@ def prepare_jobs(jobs: pd.DataFrame, now: float | None) -> pd.DataFrame:
     return jobs
 
 
+def _frame_of_arrays(arrays: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """The table of per-column arrays, for the rare column that must be read from a frame (the
+    engine's ``frame_of`` is faster but belongs to the layer above; this path is not per request)."""
+    return pd.DataFrame(dict(arrays), copy=False)
+
+
 class _ArrayJobColumns(JobColumns):
     """A ``JobColumns`` whose columns are already typed arrays (``numeric_column`` / ``object_column``
     values); the frame is read only for a column the arrays lack or hold with another type. Each array
@@ -70,7 +76,7 @@ class _ArrayJobColumns(JobColumns):
     @property
     def frame(self) -> pd.DataFrame:  # type: ignore[override]
         if self._frame is None:
-            self._frame = pd.DataFrame(dict(self._arrays), copy=False)
+            self._frame = _frame_of_arrays(self._arrays)
         return self._frame
 
     def __len__(self) -> int:
@@ -109,7 +115,7 @@ def job_view(jobs: pd.DataFrame | None, now: float | None, columns: Mapping[str,
     if isinstance(submit, np.ndarray) and submit.dtype == np.float64 and not np.isnan(submit).any():
         return _ArrayJobColumns(jobs, columns)
     if jobs is None:
-        jobs = pd.DataFrame(dict(columns), copy=False)
+        jobs = _frame_of_arrays(columns)
     prepared = prepare_jobs(jobs, now)
     if prepared is not jobs:  # submit_ts was filled in: the frame's is the one to read
         columns = {k: v for k, v in columns.items() if k != "submit_ts"}

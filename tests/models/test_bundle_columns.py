@@ -80,18 +80,15 @@ def test_columns_without_a_frame_equal_the_frame_path(bundle: JobPredictorBundle
     cols = typed_columns(jobs)
     want = bundle.predict_frame(jobs, store, NOW)  # builds the store's history state (frames of its own)
     built: list[str] = []
-    real = pd.DataFrame
 
-    class Watched(real):  # counts the frames the no-table path makes (it should make none)
+    class Watched(pd.DataFrame):  # counts the frames the no-table path makes (it should make none)
         def __init__(self, *args, **kwargs) -> None:
             built.append(repr(args)[:80])
             super().__init__(*args, **kwargs)
 
-    pd.DataFrame = Watched
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pd, "DataFrame", Watched)
         got = bundle.predict_columns(None, store, NOW, columns=cols)
-    finally:
-        pd.DataFrame = real
     assert built == []
     pd.testing.assert_frame_equal(columns_frame(got), want)
     fb = FallbackPredictor()
