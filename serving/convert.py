@@ -11,23 +11,43 @@ from fastapi.responses import Response
 from predictor.engine.engine import Scored, ScoredBatch
 from predictor.engine.model_slot import LoadedModel
 from predictor.engine.predictions import prediction_docs
-from predictor.engine.queue_picture import canonical_columns
+from predictor.engine.queue_picture import canonical_columns, columns_from_lists
 from predictor.store.codec import decision_doc, prediction_doc
 from serving.schemas.jobs import JobSpec
 
-__all__ = ["job_columns", "score_response", "batch_response", "JSONBytes"]
+__all__ = ["job_columns", "COLUMNWISE_FROM", "score_response", "batch_response", "JSONBytes"]
+
+
+#: Up to this many specs, ``job_columns`` converts record by record (``canonical_columns``); above, column
+#: by column (``columns_from_lists``). The same arrays either way; a list per field costs more than it
+#: saves on a few jobs (+30 us on one, in a server), and saves a third on a batch of 100 (-0.35 ms).
+COLUMNWISE_FROM = 8
 
 
 def job_columns(specs: Sequence[JobSpec], now: float) -> dict[str, np.ndarray]:
     """Canonical job records for the specs (typed as ``features.schema.conform`` types them), pending,
-    submitted now unless given."""
-    records = []
-    for spec in specs:  # flat models of plain values: their fields as they are, without model_dump's pass
-        rec = {k: v for k, v in spec.__dict__.items() if v is not None}
-        rec.setdefault("submit_ts", now)
-        rec["state"] = "PENDING"
-        records.append(rec)
-    return canonical_columns(records)
+    submitted now unless given; read from the models' fields as they are (flat models of plain
+    values: no ``model_dump`` pass)."""
+    n = len(specs)
+    if n < COLUMNWISE_FROM:
+        records = []
+        for spec in specs:
+            rec = {k: v for k, v in spec.__dict__.items() if v is not None}
+            rec.setdefault("submit_ts", now)
+            rec["state"] = "PENDING"
+            records.append(rec)
+        return canonical_columns(records)
+    dicts = [spec.__dict__ for spec in specs]
+    names = dict.fromkeys(name for cls in {type(spec) for spec in specs} for name in cls.model_fields)
+    lists = {}
+    for name in names:
+        values = [d.get(name) for d in dicts]
+        if values.count(None) != n:
+            lists[name] = values
+    submit = lists.get("submit_ts")
+    lists["submit_ts"] = [now] * n if submit is None else [now if v is None else v for v in submit]
+    lists["state"] = ["PENDING"] * n
+    return columns_from_lists(lists, n)
 
 
 class JSONBytes(Response):

@@ -11,7 +11,13 @@ from models.prediction import PREDICTION_COLUMNS, Prediction
 from predictor.capacity.inventory import homogeneous_inventory
 from predictor.capacity.layout import ClusterLayout
 from predictor.engine.engine import prediction_columns, predictions_from_columns
-from predictor.engine.queue_picture import QueuePicture, canonical_columns, canonical_frame, frame_of
+from predictor.engine.queue_picture import (
+    QueuePicture,
+    canonical_columns,
+    canonical_frame,
+    columns_from_lists,
+    frame_of,
+)
 from predictor.policy.intake import Vocabulary
 from predictor.policy.intake import pending_jobs as pending_arrays
 
@@ -55,6 +61,34 @@ def test_the_frame_from_blocks_is_the_frame_from_arrays(records: list[dict]) -> 
     pd.testing.assert_frame_equal(frame_of(changed), by_arrays.assign(num_gpus=by_arrays["num_gpus"] + 1.0))
     columns["num_gpus"] = columns["num_gpus"] + 1.0  # replaced in place: its block no longer holds it
     pd.testing.assert_frame_equal(frame_of(columns), by_arrays.assign(num_gpus=by_arrays["num_gpus"] + 1.0))
+
+
+odd = st.one_of(numbers, texts, st.sampled_from(["3.5", "nan", "x", "0", "false"]), st.booleans())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(record, st.dictionaries(st.sampled_from(COLUMNS), odd, max_size=6)), min_size=0, max_size=6))
+def test_columns_from_lists_are_canonical_columns(records: list[dict]) -> None:
+    """The column-by-column build gives the arrays the record-by-record one gives, values numpy would
+    not convert (a text in a number column) included, and its blocks make the same table."""
+    n = len(records)
+    keys = dict.fromkeys(k for r in records for k in r)
+    by_column = columns_from_lists({k: [r.get(k) for r in records] for k in keys} | {"not_a_column": [1] * n}, n)
+    by_record = canonical_columns(records)
+    assert list(by_column) == list(by_record)
+    for col in COLUMNS:
+        a, b = by_column[col], by_record[col]
+        assert a.dtype == b.dtype, col
+        if a.dtype == object:
+            assert a.tolist() == b.tolist(), col
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=col)
+    pd.testing.assert_frame_equal(frame_of(by_column), frame_of(by_record))
+
+
+def test_columns_from_lists_names_a_short_column() -> None:
+    with pytest.raises(ValueError, match="'num_gpus' has 1 values for 2 records"):
+        columns_from_lists({"num_gpus": [1]}, 2)
 
 
 def _prediction_frame(n: int, rng: np.random.Generator) -> pd.DataFrame:
