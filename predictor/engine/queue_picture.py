@@ -111,7 +111,7 @@ def _blocks_of(columns: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.n
     return [(block, placement) for block, placement in zip(columns.blocks, _PLACEMENTS, strict=True)]
 
 
-def _blank_columns(n: int) -> tuple[CanonicalColumns, np.ndarray, np.ndarray, np.ndarray]:
+def _blank_columns(n: int) -> CanonicalColumns:
     """Every canonical column of ``n`` jobs, absent (NaN, None, False): one block per kind, each column
     a contiguous row of it (three allocations, not one per column)."""
     floats, strings, bools = np.full((len(_FLOATS), n), np.nan), np.full((len(_STRINGS), n), None, dtype=object), \
@@ -122,7 +122,7 @@ def _blank_columns(n: int) -> tuple[CanonicalColumns, np.ndarray, np.ndarray, np
         data[col] = (floats[_FLOATS[col]] if kind is float else strings[_STRINGS[col]] if kind is str
                      else bools[_BOOLS[col]])
     data.blocks, data.views = (floats, strings, bools), dict(data)
-    return data, floats, strings, bools
+    return data
 
 
 _CONVERT: dict[type, Callable[[Any], Any]] = {float: _number, str: _text, bool: bool}
@@ -130,7 +130,7 @@ _CONVERT: dict[type, Callable[[Any], Any]] = {float: _number, str: _text, bool: 
 
 def canonical_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
     """One array per canonical column (float64, object strings with None, bool); see ``canonical_frame``."""
-    data = _blank_columns(len(records))[0]
+    data = _blank_columns(len(records))
     setters = {col: (data[col], _CONVERT[_KIND[col]]) for col in COLUMNS}  # column -> (array, conversion)
     get = setters.get
     for i, record in enumerate(records):  # one pass over what each record holds
@@ -146,7 +146,7 @@ def columns_from_lists(values: Mapping[str, Sequence[Any]], n: int) -> dict[str,
     ``i``'s value of ``col``, None where it has none (a column left out: none has it). The same arrays
     for the same values; a column is converted in one numpy assignment instead of one per value (a
     batch's job specs: several times cheaper). Keys that are not canonical columns are ignored."""
-    data = _blank_columns(n)[0]
+    data = _blank_columns(n)
     for col, given in values.items():
         kind = _KIND.get(col)
         if kind is None:

@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from features.schema import COLUMNS
-from predictor.engine.queue_picture import canonical_columns
 from serving.convert import COLUMNWISE_FROM, job_columns
 from serving.schemas.jobs import JobCreate, JobSpec
 
@@ -24,22 +23,17 @@ spec_fields = st.fixed_dictionaries(
               "batch_size": st.integers(0, 512), "checkpoint_kind": st.none()})
 
 
-def _per_record(specs: list[JobSpec]) -> dict[str, np.ndarray]:
-    """The record-by-record conversion (what ``job_columns`` does below ``COLUMNWISE_FROM`` specs)."""
-    records = []
-    for spec in specs:
-        rec = {k: v for k, v in spec.__dict__.items() if v is not None}
-        rec.setdefault("submit_ts", NOW)
-        rec["state"] = "PENDING"
-        records.append(rec)
-    return canonical_columns(records)
+def _one_by_one(specs: list[JobSpec]) -> dict[str, np.ndarray]:
+    """Each spec converted alone (record by record, below ``COLUMNWISE_FROM``), the columns joined."""
+    alone = [job_columns([spec], NOW) for spec in specs]
+    return {col: np.concatenate([one[col] for one in alone]) for col in COLUMNS}
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(spec_fields, st.booleans()), min_size=1, max_size=3 * COLUMNWISE_FROM))
-def test_job_columns_are_the_records_canonical_columns(given_specs: list[tuple[dict, bool]]) -> None:
+def test_a_batch_converts_as_its_specs_one_by_one(given_specs: list[tuple[dict, bool]]) -> None:
     specs = [(JobCreate if create else JobSpec).model_validate(fields) for fields, create in given_specs]
-    fast, slow = job_columns(specs, NOW), _per_record(specs)
+    fast, slow = job_columns(specs, NOW), _one_by_one(specs)
     for col in COLUMNS:
         assert fast[col].dtype == slow[col].dtype, col
         if fast[col].dtype == object:
