@@ -90,16 +90,16 @@ def job_specs(jobs, n: int) -> list[dict]:  # noqa: ANN001
 
 
 def trained_bundle(jobs, path: Path | None = None):  # noqa: ANN001, ANN201 - a JobPredictorBundle
-    """A bundle fitted on ``jobs`` (default settings, one LightGBM thread); with ``path``, read from that
-    pickle when it exists (written there after fitting otherwise), so that repeated runs and
-    ``bench_serve_cpu.py`` measure the same model without fitting it again."""
+    """A bundle fitted on ``jobs`` with the settings ``predictor train`` uses (``models.fit``'s
+    ``DEFAULT_DURATION_PARAMS``: the model a user serves, and the one ``bench_predict.py`` measures);
+    with ``path``, read from that pickle when it exists (written there after fitting otherwise), so
+    that repeated runs and ``bench_serve_cpu.py`` measure the same model without fitting it again."""
     if path is not None and path.exists():
         with path.open("rb") as f:
             return pickle.load(f)
     from models.fit import fit_bundle
-    from models.lgbm import BoosterParams
 
-    bundle = fit_bundle(jobs, duration_params=BoosterParams(num_threads=1))
+    bundle = fit_bundle(jobs)
     if path is not None:
         with path.open("wb") as f:
             pickle.dump(bundle, f)
